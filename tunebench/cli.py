@@ -1,0 +1,189 @@
+"""Command line of benchmark.py: parse options, expand and validate the matrix, run it, write the CSVs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from transformers.hf_argparser import string_to_bool
+
+from . import results
+from .config import load_defaults, load_framework_configs, load_scenarios
+from .environment import gpu_inventory
+from .errors import InputError, InputProblem
+from .expansion import Matrices, expand
+from .runner import RunOptions, run_matrix
+from .validation import Sources, validate
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CPU_SCENARIOS = "scenarios-cpu.yaml"
+
+
+def _numbers(values: list[str] | None, option: str, problems: list[InputProblem]) -> list[int] | None:
+    """Matrices accept `--opt 1 2`, `--opt "1 2"` and `--opt 1,2` (the shell script passes one string)."""
+    if values is None:
+        return None
+    items = [v for value in values for v in value.replace(",", " ").split()]
+    try:
+        numbers = [int(v) for v in items]
+    except ValueError:
+        problems.append(InputProblem("command line", option, f"expected whole numbers, got {' '.join(items)!r}",
+                                     f"e.g. {option} 1 2"))
+        return None
+    if not numbers or any(n < 1 for n in numbers):
+        problems.append(InputProblem("command line", option, f"expected positive numbers, got {numbers}",
+                                     f"e.g. {option} 1 2"))
+        return None
+    return numbers
+
+
+def _booleans(values: list[str] | None, problems: list[InputProblem]) -> list[bool] | None:
+    if values is None:
+        return None
+    items = [v for value in values for v in value.replace(",", " ").split()]
+    try:
+        return [string_to_bool(v) for v in items]
+    except Exception:  # string_to_bool raises ArgumentTypeError with the accepted spellings
+        problems.append(InputProblem("command line", "--packing_matrix", f"expected true/false values, got {items}",
+                                     "e.g. --packing_matrix true false"))
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="benchmark.py",
+        description="Run a fine-tuning benchmark matrix. Subcommands: `compare` (regression check against a "
+                    "reference CSV) and `report` (HTML report); see `benchmark.py compare --help`.",
+    )
+    def opt(*names, **kw):  # every option also answers to its dash spelling
+        parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+
+    opt("--num_gpus_matrix", nargs="+", help="GPU counts (on CPU: process counts), e.g. 1 2 4")
+    opt("--effective_batch_size_matrix", nargs="+", help="effective batch sizes = per-device × grad-accum × GPUs")
+    opt("--max_seq_len_matrix", nargs="+", help="maximum sequence lengths")
+    opt("--packing_matrix", nargs="+", help="packing on/off, e.g. true false")
+    opt("--run_only_scenarios", nargs="+", help="scenario names to run (default: all non-slow)")
+    opt("--include_slow", action="store_true", help="also run scenarios marked `slow: true`")
+    opt("--scenarios_config_path", help=f"scenarios YAML (default scenarios.yaml; {CPU_SCENARIOS} without GPUs)")
+    opt("--defaults_config_path", default=str(REPO_ROOT / "defaults.yaml"))
+    opt("--framework_configs_path", default=str(REPO_ROOT / "framework_configs.yaml"))
+    opt("--accelerate_config", default=str(REPO_ROOT / "accelerate.yaml"), help="accelerate config for N>1")
+    opt("--results_output_path", default="results", help="output folder (CSVs + one folder per experiment)")
+    opt("--dry_run", action="store_true", help="print the matrix and write each command.sh; run nothing")
+    opt("--preload_models", action="store_true", help="load every model's config and tokenizer first")
+    opt("--no_data_processing", action="store_true", help="reuse preprocessed data; fail if not cached")
+    opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (MEMORY_LOGGING=nvidia)")
+    opt("--log_memory_hf", action="store_true", help="HF memory metrics (skip_memory_metrics=False; ~4%% slower)")
+    opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"),
+        help="comma list: scanner, huggingface, nvidia, all, none (env MEMORY_LOGGING; default scanner)")
+    opt("--nvidia_smi_loop_ms", type=int, default=100)
+    opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="auto: cuda if nvidia-smi lists GPUs")
+    opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
+    opt("--no_resume", action="store_true", help="re-run experiments that already completed")
+    opt("--compare_with", help="reference CSV: compare this run's results with it after the matrix (exit 1 on regression)")
+    opt("--log_level", default="INFO")
+    return parser
+
+
+def plan(options: argparse.Namespace):
+    """Load, expand and validate; raises InputError with every problem found."""
+    problems: list[InputProblem] = []
+    gpus = gpu_inventory() if options.device in ("auto", "cuda") else []
+    device_type = "cuda" if options.device == "cuda" or (options.device == "auto" and gpus) else "cpu"
+    scenarios_path = options.scenarios_config_path or str(REPO_ROOT / ("scenarios.yaml" if device_type == "cuda" else CPU_SCENARIOS))
+    if not options.scenarios_config_path and device_type == "cpu":
+        logger.info("no GPU found: using the CPU scenario set %s", scenarios_path)
+    scenario_file = load_scenarios(scenarios_path, problems)
+    defaults = load_defaults(options.defaults_config_path, problems)
+    framework_configs = load_framework_configs(options.framework_configs_path, problems)
+    accelerate_config = {}
+    if Path(options.accelerate_config).is_file():
+        from .config import load_yaml
+        accelerate_config = load_yaml(options.accelerate_config, problems) or {}
+    matrices = Matrices(
+        num_gpus=_numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
+        effective_batch_size=_numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
+        max_seq_len=_numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
+        packing=_booleans(options.packing_matrix, problems),
+    )
+    memory_logging = {m.strip() for m in options.memory_logging.split(",") if m.strip()}
+    memory_logging |= {"nvidia"} if options.log_nvidia_smi else set()
+    memory_logging |= {"huggingface"} if options.log_memory_hf else set()
+    if problems:
+        raise InputError(problems)
+    selected = scenario_file.scenarios
+    if options.run_only_scenarios:
+        wanted = [n for v in options.run_only_scenarios for n in v.replace(",", " ").split()]
+        names = {s.name for s in selected}
+        for name in wanted:
+            if name not in names:
+                problems.append(InputProblem("command line", "--run_only_scenarios", f"no scenario {name!r} in "
+                                             f"{scenarios_path}", "choose from: " + ", ".join(sorted(names))))
+        selected = [s for s in selected if s.name in wanted]
+    elif not options.include_slow:
+        selected = [s for s in selected if not s.slow]
+    defaults = {**defaults, "memory_logging": ",".join(sorted(memory_logging)) or "none"}
+    experiments = expand(selected, framework_configs, defaults, scenario_file.data_processing, matrices,
+                         device_type, accelerate_config, problems, scenarios_source=scenarios_path)
+    sources = Sources(defaults, options.defaults_config_path, {s.name: s.arguments for s in selected},
+                      scenarios_path, scenario_file.data_processing, options.framework_configs_path)
+    problems += validate(experiments, sources, cuda_here=bool(gpus))
+    if problems:
+        raise InputError(problems)
+    return experiments, device_type, gpus, memory_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("compare", "report"):
+        from importlib import import_module
+        return import_module(f"tunebench.{argv[0]}").main(argv[1:])
+    options = build_parser().parse_args(argv)
+    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        experiments, device_type, gpus, memory_logging = plan(options)
+        if options.preload_models:
+            from .preparation import preload_models
+            preload_models(experiments)
+        if not options.dry_run and not options.no_data_processing:
+            from .preparation import preprocess_data
+            preprocess_data(experiments)
+    except InputError as exc:
+        print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    output_dir = Path(options.results_output_path)
+    print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/")
+    extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
+    run_options = RunOptions(
+        output_dir=output_dir, accelerate_config_path=options.accelerate_config, timeout_seconds=options.timeout,
+        dry_run=options.dry_run, resume=not options.no_resume, available_gpus=[int(g["index"]) for g in gpus],
+        log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms, extra_env=extra_env,
+    )
+    try:
+        rows = run_matrix(experiments, run_options)
+    except KeyboardInterrupt:
+        print("interrupted: every running experiment was stopped", file=sys.stderr)
+        return 130
+    frame = results.collect(rows)
+    if options.dry_run:
+        print(frame[[c for c in results.KEY_COLUMNS + ["effective_batch_size", "per_device_train_batch_size",
+                     "gradient_accumulation_steps", "max_seq_len", "packing", "peft_method"] if c in frame.columns]]
+              .to_string(index=False))
+        print(f"dry run: wrote command.sh for each experiment under {output_dir}/, ran nothing")
+        return 0
+    frame = results.write_summaries(output_dir, rows)
+    print(results.summary_table(frame))
+    print(f"wrote {output_dir / results.RAW_SUMMARY} and {output_dir / results.BENCHMARKS}")
+    if options.compare_with:
+        from .compare import compare_paths
+        outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"))
+        print(outcome.markdown)
+        return outcome.exit_code
+    return 0

@@ -1,0 +1,150 @@
+"""Loading and checking the YAML inputs: scenarios, defaults and framework configs (safe_load only)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError, InputProblem
+
+logger = logging.getLogger(__name__)
+
+BASELINE = "none"  # the framework_config name used for a `null` entry
+
+
+@dataclass(frozen=True)
+class FrameworkConfig:
+    """A named overlay of acceleration settings applied on top of a scenario's arguments."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    min_gpus: int = 1  # e.g. FSDP needs 2 processes to mean anything
+    accelerate_args: dict[str, Any] = field(default_factory=dict)  # extra `accelerate launch` options
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    framework_configs: list[str | None]
+    arguments: dict[str, Any]
+    slow: bool = False
+
+
+@dataclass(frozen=True)
+class ScenarioFile:
+    scenarios: list[Scenario]
+    data_processing: dict[str, Any]
+
+
+def load_yaml(path: str | Path, problems: list[InputProblem]) -> Any:
+    """Parse a YAML file; a missing file or malformed YAML becomes a problem (with line), not a traceback."""
+    path = Path(path)
+    if not path.is_file():
+        problems.append(InputProblem(str(path), "-", "file not found", "pass an existing file path"))
+        return None
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f"line {where.line + 1}, column {where.column + 1}" if where else "-"
+        problems.append(InputProblem(str(path), line, f"malformed YAML: {getattr(exc, 'problem', exc)}",
+                                     "fix the YAML syntax at that position"))
+        return None
+
+
+def _expect_mapping(value: Any, source: str, key: str, problems: list[InputProblem]) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.append(InputProblem(source, key, f"expected a mapping, got {type(value).__name__}",
+                                     "write `key: value` pairs"))
+        return {}
+    return value
+
+
+def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFile:
+    data = load_yaml(path, problems)
+    source = str(path)
+    if data is None:
+        return ScenarioFile([], {})
+    data = _expect_mapping(data, source, "<top level>", problems)
+    unknown = set(data) - {"scenarios", "data_processing"}
+    for key in sorted(unknown):
+        problems.append(InputProblem(source, key, "unknown top-level key", "use `scenarios:` and `data_processing:`"))
+    data_processing = _expect_mapping(data.get("data_processing"), source, "data_processing", problems)
+    raw = data.get("scenarios")
+    if not isinstance(raw, list) or not raw:
+        problems.append(InputProblem(source, "scenarios", "expected a non-empty list of scenarios",
+                                     "add `scenarios:` with `- name: ...` entries"))
+        return ScenarioFile([], data_processing)
+    scenarios, seen = [], set()
+    for i, entry in enumerate(raw):
+        key = f"scenarios[{i}]"
+        entry = _expect_mapping(entry, source, key, problems)
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(InputProblem(source, f"{key}.name", "missing scenario name", "add `name: <text>`"))
+            continue
+        key = f"scenarios[{i}] ({name})"
+        if name in seen:
+            problems.append(InputProblem(source, f"{key}.name", "duplicate scenario name", "give each a unique name"))
+        seen.add(name)
+        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow"}):
+            problems.append(InputProblem(source, f"{key}.{extra}", "unknown scenario key",
+                                         "allowed: name, framework_config, arguments, slow"))
+        fcs = entry.get("framework_config", [None])
+        if fcs is None or isinstance(fcs, str):
+            fcs = [fcs]
+        if not isinstance(fcs, list) or not all(f is None or isinstance(f, str) for f in fcs):
+            problems.append(InputProblem(source, f"{key}.framework_config",
+                                         "expected a list of framework config names or null",
+                                         "e.g. `framework_config: [null, gradient-checkpointing]`"))
+            fcs = [None]
+        slow = entry.get("slow", False)
+        if not isinstance(slow, bool):
+            problems.append(InputProblem(source, f"{key}.slow", f"expected true/false, got {slow!r}", "use true or false"))
+            slow = False
+        arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
+        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow))
+    return ScenarioFile(scenarios, dict(data_processing))
+
+
+def load_defaults(path: str | Path, problems: list[InputProblem]) -> dict[str, Any]:
+    data = load_yaml(path, problems)
+    return dict(_expect_mapping(data, str(path), "<top level>", problems))
+
+
+def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> dict[str, FrameworkConfig]:
+    data = load_yaml(path, problems)
+    source = str(path)
+    configs = {BASELINE: FrameworkConfig(BASELINE, {}, "baseline: no acceleration overlay")}
+    data = _expect_mapping(data, source, "<top level>", problems).get("framework_configs", {})
+    for name, body in _expect_mapping(data, source, "framework_configs", problems).items():
+        key = f"framework_configs.{name}"
+        body = _expect_mapping(body, source, key, problems)
+        for extra in sorted(set(body) - {"description", "arguments", "min_gpus", "accelerate_args"}):
+            problems.append(InputProblem(source, f"{key}.{extra}", "unknown framework config key",
+                                         "allowed: description, arguments, min_gpus, accelerate_args"))
+        min_gpus = body.get("min_gpus", 1)
+        if not isinstance(min_gpus, int) or min_gpus < 1:
+            problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got {min_gpus!r}",
+                                         "e.g. `min_gpus: 2`"))
+            min_gpus = 1
+        configs[name] = FrameworkConfig(
+            name=name,
+            arguments=dict(_expect_mapping(body.get("arguments"), source, f"{key}.arguments", problems)),
+            description=str(body.get("description", "")),
+            min_gpus=min_gpus,
+            accelerate_args=dict(_expect_mapping(body.get("accelerate_args"), source, f"{key}.accelerate_args", problems)),
+        )
+    return configs
+
+
+def raise_if_problems(problems: list[InputProblem]) -> None:
+    if problems:
+        raise InputError(problems)

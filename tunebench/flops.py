@@ -1,0 +1,91 @@
+"""Model FLOPs utilisation: analytic training FLOPs per step ÷ time ÷ the GPU's peak dense FLOP/s."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+# Peak dense (no sparsity) tensor-core FLOP/s for bf16/fp16, from NVIDIA's datasheets. Matched by substring
+# of torch.cuda.get_device_name(); the first match wins, so more specific names come first.
+PEAK_DENSE_FLOPS: list[tuple[str, float]] = [
+    ("H200", 989.4e12),
+    ("H100 PCIe", 756.0e12),
+    ("H100 NVL", 835.0e12),
+    ("H100", 989.4e12),  # SXM
+    ("H800", 989.4e12),
+    ("GH200", 989.4e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362.05e12),
+    ("L40", 181.05e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("A10", 125e12),
+    ("V100", 125e12),
+]
+
+
+def peak_flops_for(device_name: str | None) -> float | None:
+    if not device_name:
+        return None
+    for key, flops in PEAK_DENSE_FLOPS:
+        if key in device_name:
+            return flops
+    return None
+
+
+def matmul_parameter_counts(model) -> tuple[int, int]:
+    """(params that take part in matmuls per token, of which trainable), MoE counted at its active experts.
+
+    The input embedding is a lookup, not a matmul, so it is excluded unless tied to the output head.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    embedding = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    embedding_ids = {id(p) for p in embedding.parameters()} if embedding is not None else set()
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    total = trainable = 0
+    seen: set[int] = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen:
+            continue
+        seen.add(id(param))
+        if id(param) in embedding_ids and not tied:
+            continue
+        count = param.numel()
+        num_experts = getattr(config, "num_local_experts", None)
+        if num_experts and ".experts." in name:
+            count = count * getattr(config, "num_experts_per_tok", num_experts) / num_experts
+        total += count
+        if param.requires_grad:
+            trainable += count
+    return int(total), int(trainable)
+
+
+def training_flops(model, nonpad_tokens: int, sum_squared_lengths: int) -> float:
+    """Model FLOPs of training on these tokens (recompute under checkpointing is not model work).
+
+    Matmuls: forward 2·N per token, backward 2·N for activation gradients + 2·N_trainable for weight
+    gradients, so 6·N for full fine-tuning and 4·N + 2·N_trainable with frozen weights (LoRA).
+    Attention scores and context (PaLM appendix B convention, no causal discount): forward 4·L·d per
+    token-pair, backward twice that, i.e. 12·L·d·len² per sequence.
+    """
+    total, trainable = matmul_parameter_counts(model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 0)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 0)
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
+    attention_width = (getattr(config, "head_dim", None) or hidden // max(heads, 1)) * heads
+    matmul = (4 * total + 2 * trainable) * nonpad_tokens
+    attention = 12 * layers * attention_width * sum_squared_lengths
+    return float(matmul + attention)
+
+
+def mfu(total_flops: float, seconds: float, num_devices: int, device_name: str | None) -> float | None:
+    peak = peak_flops_for(device_name)
+    if not peak or seconds <= 0 or num_devices <= 0:
+        return None
+    return total_flops / seconds / (peak * num_devices)

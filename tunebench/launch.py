@@ -1,0 +1,175 @@
+"""Build an experiment's command (argv + env, never a shell string) and run it in its own process group."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .expansion import Experiment
+
+logger = logging.getLogger(__name__)
+
+# Variables a repro needs: they change what runs or how it is measured. Anything else in the harness's
+# environment is inherited but not written into command.sh (it would leak unrelated, possibly secret, values).
+_REPRO_ENV_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "HF_", "TRANSFORMERS_", "ACCELERATE_", "OMP_",
+                       "TOKENIZERS_", "SCANNER_", "TUNEBENCH_", "MASTER_", "NVSHMEM_")
+
+
+def to_argv(arguments: dict[str, Any]) -> list[str]:
+    """`{key: value}` → `--key value` in the form HfArgumentParser reads back (bools as true/false, lists
+    as separate values, dicts as JSON)."""
+    argv: list[str] = []
+    for key, value in arguments.items():
+        if value is None:
+            continue
+        argv.append(f"--{key}")
+        if isinstance(value, bool):
+            argv.append("true" if value else "false")
+        elif isinstance(value, (list, tuple)):
+            argv.extend(str(v) for v in value)
+        elif isinstance(value, dict):
+            argv.append(json.dumps(value, sort_keys=True))
+        else:
+            argv.append(str(value))
+    return argv
+
+
+def free_port() -> int:
+    """An unused TCP port for torch.distributed's rendezvous (one per experiment: runs never collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LaunchSpec:
+    argv: list[str]
+    env: dict[str, str]  # complete environment of the child
+    repro_env: dict[str, str]  # the subset written into command.sh
+    cwd: str
+
+
+def entry_arguments(experiment: Experiment, output_dir: Path) -> dict[str, Any]:
+    args = dict(experiment.arguments)
+    args["output_dir"] = str(output_dir / "trainer_output")
+    args["results_json"] = str(output_dir / "results.json")
+    if experiment.device_type == "cpu":
+        args["use_cpu"] = True
+    return args
+
+
+def build_launch(
+    experiment: Experiment,
+    output_dir: Path,
+    gpu_ids: list[int],
+    accelerate_config_path: str | None,
+    extra_env: dict[str, str] | None = None,
+) -> LaunchSpec:
+    """One process: `python -m tunebench.train`; N processes: `accelerate launch` with a free port."""
+    entry = ["-m", "tunebench.train", *to_argv(entry_arguments(experiment, output_dir))]
+    nproc = experiment.num_gpus
+    if nproc > 1:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch"]
+        if accelerate_config_path:
+            launcher += ["--config_file", str(Path(accelerate_config_path).resolve())]
+        launcher += ["--num_processes", str(nproc), "--num_machines", "1",
+                     "--main_process_port", str(free_port())]
+        if experiment.device_type == "cpu":
+            launcher += ["--cpu"]
+        for key, value in experiment.framework_config.accelerate_args.items():
+            launcher += [f"--{key}", str(value)]
+        argv = [*launcher, *entry]
+    else:
+        argv = [sys.executable, *entry]
+
+    repro_env: dict[str, str] = {}
+    if experiment.device_type == "cuda":
+        # nvidia-smi numbers GPUs in PCI bus order; CUDA's default order ranks by speed. Pinning CUDA to PCI
+        # order makes "GPU 3" mean the same device to CUDA, to nvidia-smi and to the user.
+        repro_env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        repro_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+        repro_env.setdefault("NCCL_NVLS_ENABLE", os.environ.get("NCCL_NVLS_ENABLE", "0"))
+    else:
+        repro_env["CUDA_VISIBLE_DEVICES"] = ""
+    repro_env.update(extra_env or {})
+    # The harness's own package must be importable by the child even when tunebench is not installed.
+    repo_root = str(Path(__file__).resolve().parent.parent)
+    python_path = [p for p in [repro_env.get("PYTHONPATH"), repo_root, os.environ.get("PYTHONPATH")] if p]
+    repro_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(os.pathsep.join(python_path).split(os.pathsep)))
+    for key, value in os.environ.items():
+        if key.startswith(_REPRO_ENV_PREFIXES) and key not in repro_env:
+            repro_env[key] = value
+    env = {**os.environ, **repro_env}
+    return LaunchSpec(argv=argv, env=env, repro_env=repro_env, cwd=os.getcwd())
+
+
+def command_script(spec: LaunchSpec) -> str:
+    """A runnable, exactly quoted repro: `bash command.sh` reruns the experiment."""
+    lines = ["#!/usr/bin/env bash", "# Re-runs this experiment exactly as tunebench launched it.", "set -euo pipefail",
+             f"cd {shlex.quote(spec.cwd)}"]
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.repro_env.items()))
+    lines.append(f"env {env} \\\n  {shlex.join(spec.argv)}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class ProcessOutcome:
+    returncode: int | None
+    timed_out: bool
+    interrupted: bool
+    wall_seconds: float
+
+
+def kill_process_group(proc: subprocess.Popen, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the whole group (launcher + every rank), then SIGKILL what is left: no orphans."""
+    if proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.05)
+    proc.wait(timeout=5)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None) -> ProcessOutcome:
+    """Run to completion or timeout; on timeout or Ctrl-C the whole process group is killed."""
+    start = time.monotonic()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout_seconds)
+            # Ranks can outlive a launcher that exited early; reap the group either way.
+            kill_process_group(proc, grace_seconds=2.0)
+            return ProcessOutcome(returncode, False, False, time.monotonic() - start)
+        except subprocess.TimeoutExpired:
+            logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
+            kill_process_group(proc)
+            return ProcessOutcome(proc.returncode, True, False, time.monotonic() - start)
+        except KeyboardInterrupt:
+            kill_process_group(proc, grace_seconds=3.0)
+            raise

@@ -1,0 +1,167 @@
+"""Model resolution: bundled architecture presets (random weights, no download), local dirs and hub ids."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# A preset is named "preset:<family>-<size>". The colon cannot appear in a hub id ("org/name"), so a preset
+# can never be mistaken for (or silently shadow) a real checkpoint.
+PRESET_PREFIX = "preset:"
+
+# Config values of real model families (from their public config.json files). Weights are random: presets
+# measure cost (memory, time, communication), which depends on shapes, not on trained values.
+_LLAMA_COMMON = dict(model_type="llama", hidden_act="silu", rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+PRESETS: dict[str, dict[str, Any]] = {
+    # Tiny models for CPU tests and CI: seconds per step on 2 cores.
+    "llama-tiny": dict(
+        _LLAMA_COMMON, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048, tie_word_embeddings=False,
+    ),
+    "llama-small": dict(
+        _LLAMA_COMMON, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=4, vocab_size=2048, max_position_embeddings=4096, tie_word_embeddings=False,
+    ),
+    "llama-3.2-1b": dict(
+        _LLAMA_COMMON, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
+        rope_theta=500000.0, tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001,
+    ),
+    "llama-3.1-8b": dict(
+        _LLAMA_COMMON, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
+        tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
+    ),
+    "mistral-7b": dict(
+        model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2,
+    ),
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151643,
+    ),
+    "qwen2.5-7b": dict(
+        model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=151643,
+        eos_token_id=151643,
+    ),
+    "granite-3.1-2b": dict(
+        model_type="granite", hidden_size=2048, intermediate_size=8192, num_hidden_layers=40,
+        num_attention_heads=32, num_key_value_heads=8, vocab_size=49155, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=5000000.0, tie_word_embeddings=True, embedding_multiplier=12.0,
+        logits_scaling=8.0, residual_multiplier=0.22, attention_multiplier=0.015625, bos_token_id=0,
+        eos_token_id=0,
+    ),
+    "mixtral-8x7b": dict(
+        model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+    ),
+    "gpt-bigcode-1b": dict(
+        model_type="gpt_bigcode", n_embd=2048, n_layer=24, n_head=16, n_inner=8192, vocab_size=49152,
+        n_positions=8192, multi_query=True, activation_function="gelu_pytorch_tanh", bos_token_id=0,
+        eos_token_id=0,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: a bundled preset, a local directory, or a hub id (needs a network)."""
+
+    kind: str  # "preset" | "local" | "hub"
+    name: str
+
+
+def resolve_model_source(model_name_or_path: str) -> ModelSource:
+    """Classify a model name; raises ValueError with the fix when it cannot resolve offline."""
+    if model_name_or_path.startswith(PRESET_PREFIX):
+        preset = model_name_or_path[len(PRESET_PREFIX):]
+        if preset not in PRESETS:
+            raise ValueError(
+                f"unknown preset {model_name_or_path!r}; bundled presets: "
+                + ", ".join(PRESET_PREFIX + p for p in sorted(PRESETS))
+            )
+        return ModelSource("preset", preset)
+    if os.path.isdir(model_name_or_path):
+        if not os.path.isfile(os.path.join(model_name_or_path, "config.json")):
+            raise ValueError(f"local model directory {model_name_or_path!r} has no config.json")
+        return ModelSource("local", model_name_or_path)
+    if model_name_or_path.count("/") == 1 and not model_name_or_path.startswith(("/", ".")):
+        return ModelSource("hub", model_name_or_path)
+    raise ValueError(
+        f"model {model_name_or_path!r} is neither a preset ({PRESET_PREFIX}<name>), an existing local directory "
+        "with config.json, nor a hub id (org/name)"
+    )
+
+
+def load_config(model_name_or_path: str):
+    """The transformers config for a model; presets need no file and no network."""
+    from transformers import AutoConfig
+
+    source = resolve_model_source(model_name_or_path)
+    if source.kind == "preset":
+        values = dict(PRESETS[source.name])
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+    return AutoConfig.from_pretrained(model_name_or_path)
+
+
+def build_tokenizer(model_name_or_path: str):
+    """A tokenizer: the checkpoint's own, or for presets an offline byte-level tokenizer generated here.
+
+    Preset ids stay below every preset's vocab size (259 < 512), so any preset can consume its output.
+    """
+    source = resolve_model_source(model_name_or_path)
+    if source.kind != "preset":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>"]
+    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(byte_alphabet))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", model_max_length=1 << 20
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<s>assistant: {% endif %}"
+    )
+    return tokenizer
+
+
+def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None):
+    """Instantiate the causal-LM: random init for presets, pretrained weights otherwise."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch_dtype if torch_dtype == "auto" else getattr(torch, torch_dtype)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    source = resolve_model_source(model_name_or_path)
+    if source.kind == "preset":
+        config = load_config(model_name_or_path)
+        if dtype == "auto":
+            dtype = torch.float32
+        # Initialise directly in the target dtype (no fp32 copy first): an 8B preset would otherwise need
+        # 32 GB of host memory before the cast.
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+        logger.info("built preset %s with random weights (%s)", model_name_or_path, dtype)
+        return model
+    return AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype, **kwargs)

@@ -1,0 +1,54 @@
+"""Work done once before the matrix: prove models resolve, and preprocess each distinct dataset."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .errors import InputError, InputProblem
+from .expansion import Experiment
+from .launch import entry_arguments, to_argv
+from .train_args import StrictArgumentParser
+
+logger = logging.getLogger(__name__)
+
+
+def preload_models(experiments: list[Experiment]) -> None:
+    """Load config + tokenizer of every model now, so a typo fails in seconds, not hours into the matrix."""
+    from .models import build_tokenizer, load_config
+
+    problems = []
+    for name in sorted({e.model_name_or_path for e in experiments}):
+        try:
+            load_config(name)
+            build_tokenizer(name)
+            logger.info("preload: %s resolves", name)
+        except Exception as exc:  # any failure to load is the user's to fix; report it with the model name
+            problems.append(InputProblem("model", name, f"cannot be loaded: {exc}", "check the name or path"))
+    if problems:
+        raise InputError(problems)
+
+
+def preprocess_data(experiments: list[Experiment]) -> None:
+    """Tokenise each distinct (dataset, tokenizer, template) once, in this process, before any launch."""
+    from .data import cache_key, prepare_dataset
+    from .models import build_tokenizer
+
+    parser = StrictArgumentParser()
+    done: set[str] = set()
+    tokenizers: dict[str, object] = {}
+    for experiment in experiments:
+        parsed = parser.parse_argv(to_argv(entry_arguments(experiment, Path("/nonexistent"))))
+        model_args, data_args, training = parsed[0], parsed[1], parsed[4]
+        name = model_args.model_name_or_path
+        tokenizer = tokenizers.setdefault(name, build_tokenizer(name))
+        text_field = training.dataset_text_field or "text"
+        key = cache_key(data_args, tokenizer, text_field, training.seed)
+        if key in done:
+            continue
+        try:
+            prepare_dataset(data_args, tokenizer, text_field, seed=training.seed)
+        except Exception as exc:  # a bad data file is input error: report it before launching anything
+            raise InputError([InputProblem("data", data_args.training_data_path, f"preprocessing failed: {exc}",
+                                           "check the file's format and its text field")]) from exc
+        done.add(key)

@@ -1,0 +1,146 @@
+"""Run expanded experiments one by one (resume, skip, launch, classify) and merge their rows."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from . import results
+from .expansion import Experiment
+from .failures import classify
+from .launch import build_launch, command_script, run_process
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunOptions:
+    output_dir: Path
+    accelerate_config_path: str | None = None
+    timeout_seconds: float | None = 1800.0
+    dry_run: bool = False
+    resume: bool = True
+    available_gpus: list[int] = field(default_factory=list)
+    log_nvidia_smi: bool = False
+    nvidia_smi_loop_ms: int = 100
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class GpuPool:
+    """Hands out disjoint GPU sets. Runs are sequential today; the pool is what lets them overlap later."""
+
+    def __init__(self, gpu_ids: list[int]):
+        self.free = list(gpu_ids)
+
+    def acquire(self, count: int) -> list[int] | None:
+        if count > len(self.free):
+            return None
+        taken, self.free = self.free[:count], self.free[count:]
+        return taken
+
+    def release(self, gpu_ids: list[int]) -> None:
+        self.free = sorted(set(self.free) | set(gpu_ids))
+
+
+def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
+    fc = experiment.framework_config
+    if experiment.num_gpus < fc.min_gpus:
+        return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
+    if experiment.device_type == "cuda" and experiment.num_gpus > available_gpus:
+        return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
+    return None
+
+
+def base_row(experiment: Experiment) -> dict[str, Any]:
+    return {**results.flatten_arguments(experiment.arguments), **experiment.describe()}
+
+
+def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
+    row = results.read_row(folder)
+    if row and row.get("status") == "ok" and row.get("experiment_id") == experiment_id:
+        return row
+    return None
+
+
+def _clear_previous_attempt(folder: Path) -> None:
+    """Only files this harness writes, inside the experiment's own folder, are removed."""
+    for pattern in ("results.json", "error_rank*.json", "scan_rank*.json", "nvidia_smi*.csv"):
+        for path in folder.glob(pattern):
+            path.unlink()
+    shutil.rmtree(folder / "trainer_output", ignore_errors=True)
+
+
+def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: RunOptions):
+    if not (options.log_nvidia_smi and experiment.device_type == "cuda"):
+        return contextlib.nullcontext(None)
+    from .gpu_telemetry import query_gpus, resolve_visible_gpus
+    from .sidecar import NvidiaSmiSidecar
+
+    gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())
+    return NvidiaSmiSidecar(gpus, folder, loop_ms=options.nvidia_smi_loop_ms)
+
+
+def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
+    folder = options.output_dir / experiment.folder_name
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = build_launch(experiment, folder, gpu_ids, options.accelerate_config_path, options.extra_env)
+    results.write_atomic(folder / "command.sh", command_script(spec))
+    (folder / "command.sh").chmod(0o755)
+    results.write_atomic(folder / "config.json", json.dumps({
+        **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
+        "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
+    row = base_row(experiment)
+    if options.dry_run:
+        return {**row, "status": "dry_run"}
+    _clear_previous_attempt(folder)
+    with _sidecar(experiment, gpu_ids, folder, options) as sidecar:
+        outcome = run_process(spec, folder / "stdout.log", folder / "stderr.log", options.timeout_seconds)
+    produced = results.read_row(folder)
+    if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
+        row.update(produced)
+    else:
+        stderr_text = (folder / "stderr.log").read_text(errors="replace")
+        row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
+    row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
+    if sidecar is not None:
+        row.update(sidecar.summary(nonpad_tokens=row.get("train_nonpad_tokens")))
+    row.update(experiment.describe())  # identity columns win over anything the child wrote
+    results.write_row(folder, row)
+    return row
+
+
+def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[str, Any]]:
+    pool = GpuPool(options.available_gpus)
+    rows: list[dict[str, Any]] = []
+    progress = tqdm(experiments, desc="experiments", unit="exp", disable=None)
+    for experiment in progress:
+        progress.set_postfix_str(f"{experiment.scenario}/{experiment.framework_config.name}")
+        folder = options.output_dir / experiment.folder_name
+        previous = reusable_row(folder, experiment.experiment_id) if options.resume and not options.dry_run else None
+        if previous is not None:
+            logger.info("resume: %s already completed, skipping", experiment.folder_name)
+            rows.append(previous)
+            continue
+        reason = skip_reason(experiment, len(options.available_gpus))
+        if reason:
+            logger.warning("skipping %s: %s", experiment.folder_name, reason)
+            row = {**base_row(experiment), "status": "skipped", "error_messages": reason}
+            if not options.dry_run:
+                folder.mkdir(parents=True, exist_ok=True)
+                results.write_row(folder, row)
+            rows.append(row)
+            continue
+        gpu_ids = pool.acquire(experiment.num_gpus) if experiment.device_type == "cuda" else []
+        try:
+            rows.append(run_one(experiment, gpu_ids or [], options))
+        finally:
+            pool.release(gpu_ids or [])
+        logger.info("%s: %s", experiment.folder_name, rows[-1]["status"])
+    return rows

@@ -1,0 +1,105 @@
+"""Check every experiment against the training entry's real argument classes before anything runs."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputProblem
+from .expansion import Experiment
+from .launch import entry_arguments, to_argv
+from .models import resolve_model_source
+from .train_args import ArgumentError, StrictArgumentParser
+
+logger = logging.getLogger(__name__)
+
+# TrainingArguments.__post_init__ refuses bf16/fp16 and CUDA-only options on a machine without a GPU. Those
+# checks are about this machine, not the experiment: a GPU matrix must still dry-run on a laptop.
+_DEVICE_MESSAGES = ("bf16", "fp16", "gpu", "cuda", "fsdp", "torch_compile", "mixed precision")
+
+
+@dataclass
+class Sources:
+    """Where each layer of arguments came from, so a problem names the file that holds the bad key."""
+
+    defaults: dict[str, Any]
+    defaults_path: str
+    scenario_arguments: dict[str, dict[str, Any]]
+    scenarios_path: str
+    data_processing: dict[str, Any]
+    framework_configs_path: str
+
+    def origin(self, experiment: Experiment, key: str) -> tuple[str, str]:
+        if key in experiment.framework_config.arguments:
+            return self.framework_configs_path, f"framework_configs.{experiment.framework_config.name}.arguments.{key}"
+        if key in self.scenario_arguments.get(experiment.scenario, {}):
+            return self.scenarios_path, f"scenario {experiment.scenario!r}: arguments.{key}"
+        if key in self.data_processing:
+            return self.scenarios_path, f"data_processing.{key}"
+        if key in self.defaults:
+            return self.defaults_path, key
+        return "command line", key
+
+
+def _problems_for(experiment: Experiment, parser: StrictArgumentParser, known: set[str], sources: Sources,
+                  cuda_here: bool) -> list[InputProblem]:
+    problems = []
+    args = entry_arguments(experiment, Path("/nonexistent/tunebench-validate"))
+    for key in args:
+        if key not in known:
+            source, where = sources.origin(experiment, key)
+            close = difflib.get_close_matches(key, known, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
+            if key == "max_length":
+                fix = "use max_seq_len (tunebench's name; it sets SFTConfig.max_length)"
+            problems.append(InputProblem(source, where, "unknown argument", fix))
+    if problems:
+        return problems
+    try:
+        parsed = parser.parse_argv(to_argv(args))
+    except ArgumentError as exc:
+        key = str(exc).split("/")[0].removeprefix("argument --").strip()
+        source, where = sources.origin(experiment, key) if key in args else ("arguments", "-")
+        return [InputProblem(source, where, str(exc), "give a value of the expected type")]
+    except ValueError as exc:
+        message = str(exc)
+        device_specific = any(m in message.lower() for m in _DEVICE_MESSAGES)
+        if not (device_specific and experiment.device_type == "cuda" and not cuda_here):
+            return [InputProblem(sources.scenarios_path, f"scenario {experiment.scenario!r}", message,
+                                 "adjust the arguments named in the message")]
+        parsed = None
+    try:
+        resolve_model_source(experiment.model_name_or_path)
+    except ValueError as exc:
+        source, where = sources.origin(experiment, "model_name_or_path")
+        problems.append(InputProblem(source, where, str(exc), "use preset:<name>, a local dir or org/name"))
+    data_path = args.get("training_data_path", "synthetic")
+    if data_path != "synthetic" and not Path(data_path).is_file() and data_path.count("/") != 1:
+        source, where = sources.origin(experiment, "training_data_path")
+        problems.append(InputProblem(source, where, f"dataset {data_path!r} is not a file or a hub name",
+                                     "use 'synthetic', a .json/.jsonl/.parquet path or org/name"))
+    if parsed is not None:
+        bench, training = parsed[3], parsed[4]
+        if "scanner" in bench.memory_logging or "all" in bench.memory_logging:
+            last_scan = max(int(s) for s in str(bench.scan_steps).replace("-", " ").split())
+            if 0 < training.max_steps < last_scan:
+                source, where = sources.origin(experiment, "max_steps")
+                problems.append(InputProblem(source, where, f"max_steps {training.max_steps} ends before the "
+                                             f"scanned step {last_scan}", "raise max_steps or lower scan_steps"))
+    return problems
+
+
+def validate(experiments: list[Experiment], sources: Sources, cuda_here: bool) -> list[InputProblem]:
+    """All problems of all experiments, each reported once."""
+    parser = StrictArgumentParser()
+    known = parser.known_keys()
+    seen, problems = set(), []
+    for experiment in experiments:
+        for problem in _problems_for(experiment, parser, known, sources, cuda_here):
+            if (problem.source, problem.key, problem.message) not in seen:
+                seen.add((problem.source, problem.key, problem.message))
+                problems.append(problem)
+    return problems
