@@ -148,11 +148,28 @@ def kill_process_group(proc: subprocess.Popen, grace_seconds: float = 10.0) -> N
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    """Whether any live (non-zombie) process is still in the group. Zombies count as gone: they hold no
+    memory or GPU and are reaped by whoever inherited them."""
+    proc_root = "/proc"
+    if not os.path.isdir(proc_root):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc_root}/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None) -> ProcessOutcome:

@@ -53,9 +53,11 @@ def _problems_for(experiment: Experiment, parser: StrictArgumentParser, known: s
             source, where = sources.origin(experiment, key)
             close = difflib.get_close_matches(key, known, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
-            if key == "max_length":
-                fix = "use max_seq_len (tunebench's name; it sets SFTConfig.max_length)"
             problems.append(InputProblem(source, where, "unknown argument", fix))
+    if "max_length" in args:
+        source, where = sources.origin(experiment, "max_length")
+        problems.append(InputProblem(source, where, "max_length is set by tunebench from max_seq_len",
+                                     "use max_seq_len (it sets SFTConfig.max_length)"))
     if problems:
         return problems
     try:

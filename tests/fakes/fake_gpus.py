@@ -1,0 +1,62 @@
+"""Fake GPU inventory and per-sample values shared by the fake nvidia-smi and the fake pynvml."""
+
+from __future__ import annotations
+
+import json
+import os
+
+# Two H100s; PCI bus ids deliberately not in nvidia-smi index order is a test-level override.
+DEFAULT_GPUS = [
+    {
+        "index": 0,
+        "uuid": "GPU-5e1a2b3c-0000-4000-8000-00000000aaaa",
+        "pci_bus_id": "00000000:18:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total": 81559,
+        "driver": "550.54.15",
+        "baseline_mib": 4,
+        "power_w": 100.0,
+        "util": 50,
+        "mig": [],
+    },
+    {
+        "index": 1,
+        "uuid": "GPU-7f9d8e6c-1111-4111-8111-11111111bbbb",
+        "pci_bus_id": "00000000:2A:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total": 81559,
+        "driver": "550.54.15",
+        "baseline_mib": 517,
+        "power_w": 150.0,
+        "util": 51,
+        "mig": [],
+    },
+]
+
+
+def gpus() -> list[dict]:
+    """The fake inventory: FAKE_NVIDIA_SMI_GPUS (JSON list) or DEFAULT_GPUS."""
+    raw = os.environ.get("FAKE_NVIDIA_SMI_GPUS")
+    return json.loads(raw) if raw else DEFAULT_GPUS
+
+
+def mode() -> str:
+    """FAKE_NVIDIA_SMI_MODE: ok | malformed | fail | hang | hang_ignore_term | die_after:<n>.
+
+    Appending "_loop" (e.g. fail_loop, hang_ignore_term_loop) applies the knob to the -lms poller only.
+    """
+    return os.environ.get("FAKE_NVIDIA_SMI_MODE", "ok")
+
+
+def extra_mib(position: int, sample: int) -> float:
+    """Memory above baseline at loop sample k: ramps to a peak of 3000·(position+1) MiB, then 2000·(...)."""
+    pattern = [0, 1000, 3000, 2000]
+    return pattern[min(sample, len(pattern) - 1)] * (position + 1)
+
+
+def record_invocation(kind: str, argv: list[str]) -> None:
+    """Append {"pid", "kind", "argv"} to FAKE_NVIDIA_SMI_PIDFILE so tests can find and check the process."""
+    path = os.environ.get("FAKE_NVIDIA_SMI_PIDFILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"pid": os.getpid(), "kind": kind, "argv": argv}) + "\n")

@@ -1,0 +1,71 @@
+"""Bad input gives one clear message per problem, exit code 2, nothing launched and nothing written."""
+
+import pytest
+from harness_fixtures import tiny_scenario, write_inputs
+
+from tunebench import cli
+
+
+def run_cli(tmp_path, capsys, *extra, **inputs):
+    options = write_inputs(tmp_path, **inputs)
+    out_dir = tmp_path / "out"
+    code = cli.main([*options, "--results_output_path", str(out_dir), *extra])
+    return code, capsys.readouterr().err, out_dir
+
+
+@pytest.mark.parametrize("inputs,extra,expected", [
+    ({"scenarios": [], "raw_scenarios": "scenarios:\n  - name: x\n   bad: [\n"}, [], "malformed YAML"),
+    ({"scenarios": [tiny_scenario(max_stepz=3)]}, [], "scenario 'full': arguments.max_stepz: unknown argument (fix: did you mean 'max_steps'?)"),
+    ({"scenarios": [tiny_scenario(max_steps="many")]}, [], "invalid int value: 'many'"),
+    ({"scenarios": [tiny_scenario(peft_method="qlora")]}, [], "invalid choice: 'qlora'"),
+    ({"scenarios": [{"name": "s", "framework_config": ["turbo"], "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}]}, [],
+     "unknown framework config 'turbo'"),
+    ({"scenarios": [tiny_scenario(per_device_train_batch_size=3)]}, ["--effective_batch_size_matrix", "4"],
+     "effective_batch_size 4 cannot be split"),
+    ({"scenarios": [tiny_scenario(model_name_or_path=["preset:llama-huge"])]}, [], "unknown preset 'preset:llama-huge'"),
+    ({"scenarios": [tiny_scenario(max_length=128)]}, [], "use max_seq_len"),
+    ({"scenarios": [tiny_scenario(max_steps=3)]}, [], "max_steps 3 ends before the scanned step 5"),
+    ({"scenarios": [tiny_scenario()]}, ["--packing_matrix", "maybe"], "expected true/false values"),
+    ({"scenarios": [tiny_scenario()]}, ["--run_only_scenarios", "nope"], "no scenario 'nope'"),
+])
+def test_bad_input_exits_2_with_message_and_runs_nothing(tmp_path, capsys, inputs, extra, expected):
+    code, err, out_dir = run_cli(tmp_path, capsys, *extra, **inputs)
+    assert code == 2
+    assert expected in err
+    assert "nothing was run" in err
+    assert not out_dir.exists()  # nothing launched, nothing written
+
+
+def test_all_problems_reported_at_once_naming_the_file(tmp_path, capsys):
+    scenarios = [tiny_scenario("a", max_stepz=3), tiny_scenario("b", learning_rat=0.1)]
+    code, err, _ = run_cli(tmp_path, capsys, scenarios=scenarios)
+    assert code == 2
+    assert "2 problem(s)" in err
+    assert err.count("scenarios.yaml") == 2 and "max_stepz" in err and "learning_rat" in err
+
+
+def test_unknown_key_in_defaults_names_defaults_file(tmp_path, capsys):
+    code, err, _ = run_cli(tmp_path, capsys, scenarios=[tiny_scenario()], defaults={"bogus_default": 1})
+    assert code == 2 and "defaults.yaml: bogus_default: unknown argument" in err
+
+
+def test_existing_results_are_not_deleted_on_bad_input(tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "keep.txt").write_text("precious")
+    code, _, _ = run_cli(tmp_path, capsys, scenarios=[tiny_scenario(max_stepz=1)])
+    assert code == 2 and (out_dir / "keep.txt").read_text() == "precious"
+
+
+def test_dry_run_writes_command_sh_and_runs_nothing(tmp_path, capsys):
+    code, _, out_dir = run_cli(tmp_path, capsys, "--dry_run", "--num_gpus_matrix", "1", "2",
+                               scenarios=[tiny_scenario()])
+    assert code == 0
+    folders = sorted(p for p in out_dir.iterdir() if p.is_dir())
+    assert len(folders) == 2
+    for folder in folders:
+        assert (folder / "command.sh").is_file() and (folder / "config.json").is_file()
+        assert not (folder / "results.json").exists() and not (folder / "stdout.log").exists()
+    assert not (out_dir / "raw_summary.csv").exists()
+    two = [f for f in folders if "accelerate.commands.launch" in (f / "command.sh").read_text()]
+    assert len(two) == 1 and "--num_processes 2" in (two[0] / "command.sh").read_text()

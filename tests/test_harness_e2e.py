@@ -1,0 +1,102 @@
+"""End to end through the real subprocess path: failures recorded, matrix continues, timeout, resume."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from harness_fixtures import REPO, tiny_scenario, write_inputs
+
+pytestmark = pytest.mark.slow
+
+
+def benchmark(args: list[str], env_extra: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TUNEBENCH_CACHE": env_extra.pop("cache") if env_extra else os.environ.get("TUNEBENCH_CACHE", "")}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, str(REPO / "benchmark.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
+
+
+SCENARIOS = [
+    tiny_scenario("broken", peft_method="lora", target_modules=["no_such_module"]),
+    tiny_scenario("fixed-len", synthetic_length_distribution="fixed"),
+    tiny_scenario("lora", peft_method="lora", target_modules=["q_proj", "v_proj"]),
+]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("e2e")
+    options = write_inputs(folder, SCENARIOS)
+    out = folder / "results"
+    args = [*options, "--results_output_path", str(out), "--memory_logging", "scanner"]
+    proc = benchmark(args, {"cache": str(folder / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder, args, out, proc
+
+
+def test_failing_experiment_is_recorded_and_matrix_continues(first_run):
+    _, _, out, proc = first_run
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    assert frame.loc["broken", "status"] == "error"
+    assert "no_such_module" in frame.loc["broken", "error_messages"]
+    assert frame.loc["fixed-len", "status"] == "ok" and frame.loc["lora", "status"] == "ok"
+    assert "broken" in proc.stdout and "fixed-len" in proc.stdout  # the summary table lists every row
+
+
+def test_ok_rows_have_metrics_and_exact_token_counts(first_run):
+    _, _, out, _ = first_run
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    fixed = frame.loc["fixed-len"]
+    # Fixed-length synthetic rows: 6 steps × batch 2 × 64 tokens, no padding at all.
+    assert fixed["train_tokens"] == fixed["train_nonpad_tokens"] == 6 * 2 * 64
+    lora = frame.loc["lora"]
+    assert lora["train_tokens"] > lora["train_nonpad_tokens"] > 0  # uniform lengths: padding exists
+    for row in (fixed, lora):
+        assert row["train_loss"] > 0 and row["train_runtime"] > 0
+        assert row["train_nonpad_tokens_per_second"] == pytest.approx(row["train_nonpad_tokens"] / row["train_runtime"])
+        assert row["mem_peak_host_rss_bytes"] > 0
+    assert lora["trainable_parameters"] < fixed["trainable_parameters"]
+    bench = pd.read_csv(out / "benchmarks.csv")
+    assert {"scenario", "status", "train_nonpad_tokens_per_second", "peft_method"} <= set(bench.columns)
+    assert "learning_rate" not in bench.columns  # does not vary across experiments
+
+
+def test_experiment_folder_has_logs_config_and_runnable_repro(first_run):
+    _, _, out, _ = first_run
+    folder = next(out.glob("fixed-len_*"))
+    for name in ("stdout.log", "stderr.log", "command.sh", "config.json", "results.json"):
+        assert (folder / name).is_file(), name
+    assert "tunebench.train" in (folder / "command.sh").read_text()
+
+
+def test_resume_skips_completed_and_reruns_edited(first_run):
+    folder, args, out, _ = first_run
+    done = {p.name: (p / "stdout.log").stat().st_mtime_ns for p in out.iterdir() if p.is_dir()}
+    edited = [dict(s) for s in SCENARIOS]
+    edited[2] = tiny_scenario("lora", peft_method="lora", target_modules=["q_proj", "v_proj"], learning_rate=5e-4)
+    write_inputs(folder, edited)
+    proc = benchmark(args, {"cache": str(folder / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    fixed_folder = next(n for n in done if n.startswith("fixed-len_"))
+    assert (out / fixed_folder / "stdout.log").stat().st_mtime_ns == done[fixed_folder]  # skipped
+    broken_folder = next(n for n in done if n.startswith("broken_"))
+    assert (out / broken_folder / "stdout.log").stat().st_mtime_ns != done[broken_folder]  # failed → retried
+    new_lora = [p.name for p in out.glob("lora_*")]
+    assert len(new_lora) == 2  # the edited scenario has a new identity and ran
+    assert frame.loc["lora", "learning_rate"] == 5e-4 and frame.loc["lora", "status"] == "ok"
+    assert "resume" in proc.stderr
+
+
+def test_timeout_is_recorded_without_orphans(tmp_path):
+    options = write_inputs(tmp_path, [tiny_scenario("slow", max_steps=100000)])
+    out = tmp_path / "results"
+    proc = benchmark([*options, "--results_output_path", str(out), "--timeout", "8", "--memory_logging", "none"],
+                     {"cache": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(out / "raw_summary.csv").iloc[0]
+    assert row["status"] == "timeout"
+    leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
