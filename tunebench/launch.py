@@ -78,14 +78,16 @@ def build_launch(
     """One process: `python -m tunebench.train`; N processes: `accelerate launch` with a free port."""
     entry = ["-m", "tunebench.train", *to_argv(entry_arguments(experiment, output_dir))]
     nproc = experiment.num_gpus
-    if nproc > 1:
+    if nproc > 1 and experiment.device_type == "cpu":
+        # `accelerate launch --cpu` starts a single process (multi-CPU there means MPI). torchrun is what
+        # accelerate's multi-GPU launcher runs underneath; on CPU the Trainer then uses gloo.
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *entry]
+    elif nproc > 1:
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
         if accelerate_config_path:
             launcher += ["--config_file", str(Path(accelerate_config_path).resolve())]
-        launcher += ["--num_processes", str(nproc), "--num_machines", "1",
-                     "--main_process_port", str(free_port())]
-        if experiment.device_type == "cpu":
-            launcher += ["--cpu"]
+        launcher += ["--num_processes", str(nproc), "--num_machines", "1", "--main_process_port", str(free_port())]
         for key, value in experiment.framework_config.accelerate_args.items():
             launcher += [f"--{key}", str(value)]
         argv = [*launcher, *entry]
