@@ -67,5 +67,6 @@ def test_dry_run_writes_command_sh_and_runs_nothing(tmp_path, capsys):
         assert (folder / "command.sh").is_file() and (folder / "config.json").is_file()
         assert not (folder / "results.json").exists() and not (folder / "stdout.log").exists()
     assert not (out_dir / "raw_summary.csv").exists()
-    two = [f for f in folders if "accelerate.commands.launch" in (f / "command.sh").read_text()]
-    assert len(two) == 1 and "--num_processes 2" in (two[0] / "command.sh").read_text()
+    # On CPU two processes go through torchrun (gloo); on GPUs through `accelerate launch`.
+    two = [f for f in folders if "torch.distributed.run" in (f / "command.sh").read_text()]
+    assert len(two) == 1 and "--nproc_per_node 2" in (two[0] / "command.sh").read_text()

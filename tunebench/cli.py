@@ -182,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     print(results.summary_table(frame))
     print(f"wrote {output_dir / results.RAW_SUMMARY} and {output_dir / results.BENCHMARKS}")
     if options.compare_with:
-        from .compare import compare_paths
-        outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"))
+        from .compare import CompareInputError, compare_paths
+        try:
+            outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"))
+        except CompareInputError as exc:
+            print(f"tunebench compare: {exc}", file=sys.stderr)
+            return 2
         print(outcome.markdown)
         return outcome.exit_code
     return 0

@@ -1,0 +1,269 @@
+"""HTML report: rendered from synthetic CSVs; the numbers in its tables and its embedded PNGs are checked."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from tunebench import report
+
+GIB = 1024**3
+DATA = Path(__file__).parent / "data"
+OOM_TRACE = (
+    'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n'
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+)
+
+
+class _Page(HTMLParser):
+    """Collects every table (by class) as rows of cell texts, and every <img> src."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.images: list[str] = []
+        self._table = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(attrs.get("class", ""), [])
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+        elif tag == "img":
+            self.images.append(attrs["src"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self._table.append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse(html_text: str) -> _Page:
+    page = _Page()
+    page.feed(html_text)
+    return page
+
+
+def run_row(gpus: int, bs: int, **overrides) -> dict:
+    base = {
+        "experiment_id": f"{gpus:06x}{bs:06x}",
+        "scenario": "sft",
+        "framework_config": "fsdp",
+        "peft_method": "lora",
+        "model_name_or_path": "org/tiny-llama",
+        "num_gpus": gpus,
+        "per_device_train_batch_size": bs,
+        "effective_batch_size": gpus * bs,
+        "max_seq_len": 128,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "status": "ok",
+        "error_messages": np.nan,
+        "train_nonpad_tokens_per_second": 1000.0 * gpus * bs,
+        "train_nonpad_tokens_per_second_per_device": 1000.0 * bs,
+        "mfu": 0.05 * bs + 0.0125,
+        "mem_peak_torch_mem_alloc_in_bytes": (2 + 0.25 * bs) * GIB,
+        "scan_mem_peak_allocated": (2 + 0.25 * bs) * GIB,
+        "train_runtime": 12.5 * bs,
+        "train_loss": 2.0 + 0.0001 * bs,
+        "scan_mem_params": 1.0 * GIB,
+        "scan_mem_grads": 0.25 * GIB,
+        "scan_mem_optimizer": 0.5 * GIB,
+        "scan_mem_activations": 0.25 * bs * GIB,
+        "scan_mem_temporaries": 0.25 * GIB,
+        "scan_time_forward": 0.025 * bs,
+        "scan_time_backward": 0.05 * bs,
+        "scan_time_optimizer": 0.01,
+        "scan_time_other": 0.005,
+        "scan_time_step": 0.075 * bs + 0.015,
+        "torch_version": "2.11.0",
+        "device_type": "cuda",
+    }
+    base.update(overrides)
+    return base
+
+
+def failed_row(bs: int, status: str, error: str) -> dict:
+    r = run_row(1, bs, status=status, error_messages=error)
+    for k in list(r):
+        if k.startswith(("train_", "mem_", "scan_")) or k == "mfu":
+            r[k] = np.nan
+    return r
+
+
+@pytest.fixture
+def results_csv(tmp_path) -> Path:
+    rows = [
+        run_row(1, 4),
+        run_row(2, 4),
+        run_row(4, 4),
+        run_row(1, 8),
+        run_row(2, 8),
+        failed_row(64, "oom", OOM_TRACE),
+        failed_row(32, "error", "RuntimeError: boom\nmore context"),
+        failed_row(16, "timeout", ""),
+    ]
+    path = tmp_path / "results" / "raw_summary.csv"
+    path.parent.mkdir()
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _number(text: str) -> float:
+    return float(re.sub(r"[^0-9.+-]", "", text))
+
+
+def test_tables_show_the_csv_numbers(results_csv):
+    out = report.write_report(results_csv.parent)
+    assert out == results_csv.parent / "report.html"
+    page = parse(out.read_text())
+    table = page.tables["experiments"]
+    assert table[0] == [
+        "experiment",
+        "status",
+        "non-pad tokens/s",
+        "non-pad tokens/s/device",
+        "MFU",
+        "peak allocated",
+        "scanner peak",
+        "runtime",
+        "loss",
+    ]
+    csv = pd.read_csv(results_csv)
+    assert len(table) - 1 == len(csv)
+    for shown, (_, r) in zip(table[1:], csv.iterrows(), strict=True):
+        assert shown[1] == r["status"]
+        if r["status"] != "ok":
+            assert shown[2:] == ["–"] * 7
+            continue
+        assert _number(shown[2]) == r["train_nonpad_tokens_per_second"]
+        assert _number(shown[3]) == r["train_nonpad_tokens_per_second_per_device"]
+        assert _number(shown[4]) == pytest.approx(r["mfu"] * 100, abs=0.005)
+        assert shown[5].endswith(" GiB") and _number(shown[5]) * GIB == pytest.approx(
+            r["mem_peak_torch_mem_alloc_in_bytes"], abs=0.005 * GIB
+        )
+        assert _number(shown[7]) == r["train_runtime"] and shown[7].endswith(" s")
+        assert _number(shown[8]) == pytest.approx(r["train_loss"], abs=5e-5)
+    # Exact rendering of the first row (independently computed from the fixture formulas).
+    assert table[1] == [
+        "gpus=1 · bs=4",
+        "ok",
+        "4,000.0",
+        "4,000.0",
+        "21.25 %",
+        "3.00 GiB",
+        "3.00 GiB",
+        "50.000 s",
+        "2.0004",
+    ]
+
+
+def test_failures_table_has_status_class_and_error_line(results_csv):
+    page = parse(report.build_report(pd.read_csv(results_csv), "x.csv"))
+    assert page.tables["failures"] == [
+        ["experiment", "status", "error class", "error"],
+        [
+            "gpus=1 · bs=64",
+            "oom",
+            "OutOfMemoryError",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        ],
+        ["gpus=1 · bs=32", "error", "RuntimeError", "RuntimeError: boom"],
+        ["gpus=1 · bs=16", "timeout", "–", "–"],
+    ]
+
+
+def test_charts_are_embedded_valid_pngs(results_csv):
+    html_text = report.build_report(pd.read_csv(results_csv), "x.csv")
+    page = parse(html_text)
+    # memory breakdown, time breakdown, scaling, memory vs batch size
+    assert len(page.images) == 4
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        png = base64.b64decode(src.split(",", 1)[1])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(io.BytesIO(png)) as img:
+            img.load()
+            assert img.width > 400 and img.height > 150
+    assert "Omitted" not in html_text
+    assert 'src="http' not in html_text and "<script" not in html_text  # self-contained, nothing fetched
+
+
+def test_missing_columns_are_omitted_with_a_reason(tmp_path):
+    keep = [
+        "scenario",
+        "framework_config",
+        "peft_method",
+        "num_gpus",
+        "per_device_train_batch_size",
+        "status",
+        "train_nonpad_tokens_per_second",
+    ]
+    rows = [{k: v for k, v in run_row(1, bs).items() if k in keep} for bs in (4, 8)]
+    path = tmp_path / "cpu.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    html_text = report.write_report(path, tmp_path / "r.html").read_text()
+    page = parse(html_text)
+    assert page.images == []
+    assert html_text.count("Omitted:") == 4
+    assert "scan_mem_params" in html_text and "scan_time_forward" in html_text
+    assert "all ok rows have num_gpus = 1" in html_text
+    assert "column effective_batch_size" in html_text
+    assert page.tables["experiments"][0] == ["experiment", "status", "non-pad tokens/s"]
+    assert page.tables["experiments"][1:] == [["bs=4", "ok", "4,000.0"], ["bs=8", "ok", "8,000.0"]]
+    assert "No failed experiments." in html_text
+
+
+def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
+    ref = pd.read_csv(results_csv)
+    ref.loc[0, "train_nonpad_tokens_per_second"] = 5000.0  # results are -20 % against this
+    ref_path = tmp_path / "ref.csv"
+    ref.to_csv(ref_path, index=False)
+    out = report.write_report(results_csv, tmp_path / "r.html", reference=ref_path)
+    html_text = out.read_text()
+    page = parse(html_text)
+    assert '<b class="status-bad">1 regression(s)</b>' in html_text
+    assert [
+        "gpus=1 · bs=4",
+        "regression",
+        "yes",
+        "train_nonpad_tokens_per_second",
+        "5,000.0",
+        "4,000.0",
+        "-20.0 %",
+    ] in page.tables["findings"]
+    assert len(page.images) == 5  # + the change heatmap
+
+
+def test_main_exit_codes(results_csv, tmp_path, capsys):
+    assert report.main([str(results_csv), "--out", str(tmp_path / "ok.html")]) == 0
+    assert (tmp_path / "ok.html").is_file()
+    assert report.main([str(tmp_path / "absent.csv")]) == 2
+    assert "absent.csv: file not found" in capsys.readouterr().err
+    assert report.main([]) == 2
+
+
+def test_example_gpu_csv_renders():
+    """The committed synthetic GPU-shaped example (also used for docs/images) renders every chart."""
+    page = parse(report.build_report(pd.read_csv(DATA / "report_example_gpu.csv"), "example"))
+    assert len(page.images) == 4
+    assert [r[1] for r in page.tables["failures"][1:]] == ["oom", "timeout"]

@@ -1,0 +1,453 @@
+"""Regression comparison of benchmark results against a reference CSV (joins, judges, writes outliers/summary).
+
+Usage: ``python benchmark.py compare --reference refs/cpu.csv --results results/ [--out DIR]
+[--keys a,b] [--threshold mfu=5 ...] [--direction train_loss=ignore ...] [--metrics 'scan_mem_*' ...]``.
+Exit code 0 = no regression, 1 = regression, 2 = usage or input error. Rules: see tunebench.compare_rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tunebench import compare_rules as rules
+from tunebench.compare_rules import canonical, experiment_labels, first_error_line, judge
+
+logger = logging.getLogger(__name__)
+
+OK = "ok"
+SKIPPED = "skipped"
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # reading the umask requires setting it; restored at once (import time, single-threaded)
+
+
+class CompareInputError(ValueError):
+    """Bad input (missing file, malformed CSV, no common key...): the message names the file and the fix."""
+
+
+@dataclass
+class CompareResult:
+    """Everything a comparison found; ``exit_code`` is 0 (clean) or 1 (at least one regression)."""
+
+    exit_code: int
+    markdown: str
+    comparison: pd.DataFrame  # one row per (matched experiment, metric) with its verdict
+    outliers: pd.DataFrame  # every finding: regression, improvement, failed, fixed, missing, new
+    changed_arguments: pd.DataFrame  # label, argument, reference, new
+    keys: list[str]
+    notes: list[str] = field(default_factory=list)
+    environment: list[tuple[str, str, str]] = field(default_factory=list)  # column, reference, results
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.outliers[self.outliers["regression"]]
+
+
+# ----------------------------------------------------------------------------------------------- loading
+def resolve_results_csv(path: str | os.PathLike) -> Path:
+    """A results directory means ``<dir>/raw_summary.csv``; a file is used as is."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "raw_summary.csv"
+        if not p.is_file():
+            raise CompareInputError(
+                f"{p}: no raw_summary.csv in the results directory; run the benchmark first or pass the CSV path"
+            )
+    return p
+
+
+def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
+    """Read one harness CSV, raising CompareInputError with the file name and the fix on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV)")
+    try:
+        df = pd.read_csv(p)
+    except pd.errors.EmptyDataError:
+        raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise CompareInputError(
+            f"{role} {p}: malformed CSV ({exc}); regenerate it with the benchmark"
+        ) from None
+    if not isinstance(df.index, pd.RangeIndex):
+        # pandas silently turns surplus leading fields into an index when every row is too long.
+        raise CompareInputError(
+            f"{role} {p}: malformed CSV (rows have more fields than the header); regenerate it"
+        )
+    if df.empty:
+        raise CompareInputError(f"{role} {p}: the CSV has a header but no rows; nothing to compare")
+    if df.columns.duplicated().any():
+        dup = sorted(set(df.columns[df.columns.duplicated()]))
+        raise CompareInputError(f"{role} {p}: duplicate column(s) {dup}; fix the header")
+    df.attrs["path"] = str(p)
+    return df
+
+
+def _numeric_metrics(df: pd.DataFrame, columns: list[str], role: str) -> pd.DataFrame:
+    """Coerce metric columns to float; a non-numeric cell is an input error, never silently NaN."""
+    df = df.copy()
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise CompareInputError(
+                f"{role} {df.attrs.get('path', '?')}: column {col!r} row {row + 2} holds non-numeric "
+                f"{df[col].iloc[row]!r}; metric cells must be numbers or empty"
+            )
+        df[col] = values.astype(float)
+    return df
+
+
+# ----------------------------------------------------------------------------------------------- judging
+def _group(df: pd.DataFrame, keys: list[str], metrics: list[str], arguments: list[str]) -> pd.DataFrame:
+    """One row per experiment key: repeat count, status summary, medians and spreads over ok rows."""
+    df = df.copy()
+    df["_key"] = df[keys].apply(lambda row: "\x1f".join(canonical(v) for v in row), axis=1)
+    status = df["status"].map(canonical).str.lower().replace("", "unknown") if "status" in df else OK
+    df["_status"] = status
+    errors = df["error_messages"] if "error_messages" in df else pd.Series("", index=df.index)
+    df["_error"] = errors.map(first_error_line)
+    rows = {}
+    for key, grp in df.groupby("_key", sort=False):
+        ok = grp[grp["_status"] == OK]
+        bad = grp[grp["_status"] != OK]
+        row = {
+            "_n": len(grp),
+            "_n_ok": len(ok),
+            "_status": OK if bad.empty else ",".join(sorted(set(bad["_status"]))),
+            "_error": next((e for e in bad["_error"] if e), ""),
+        }
+        for k in keys:
+            row[k] = grp[k].iloc[0]
+        for m in metrics:
+            vals = ok[m].dropna()
+            row[m] = float(vals.median()) if len(vals) else np.nan
+            row[f"{m}__spread"] = float(vals.max() - vals.min()) if len(vals) else np.nan
+        for a in arguments:
+            row[f"{a}__arg"] = grp[a].iloc[0]
+        rows[key] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _resolve_keys(
+    ref: pd.DataFrame, new: pd.DataFrame, keys: list[str] | None, notes: list[str]
+) -> list[str]:
+    if keys:
+        for role, df in (("reference", ref), ("results", new)):
+            absent = [k for k in keys if k not in df.columns]
+            if absent:
+                raise CompareInputError(
+                    f"{role} {df.attrs.get('path', '?')}: key column(s) {absent} not in the CSV; "
+                    f"choose --keys from its columns"
+                )
+        return list(keys)
+    chosen = []
+    for k in rules.DEFAULT_KEYS:
+        if k in ref.columns and k in new.columns:
+            chosen.append(k)
+        elif k in ref.columns or k in new.columns:
+            where = "reference" if k in ref.columns else "results"
+            notes.append(f"key `{k}` is only in the {where} CSV and is not used to join")
+        else:
+            notes.append(f"key `{k}` is in neither CSV and is not used to join")
+    if not chosen:
+        raise CompareInputError(
+            f"no common key column between reference {ref.attrs.get('path', '?')} and results "
+            f"{new.attrs.get('path', '?')} (defaults: {', '.join(rules.DEFAULT_KEYS)}); pass --keys col,col"
+        )
+    return chosen
+
+
+def _select_metrics(ref, new, patterns, thresholds, directions, notes) -> list[str]:
+    ref_m = [c for c in ref.columns if rules.metric_family(c)]
+    new_m = [c for c in new.columns if rules.metric_family(c)]
+    common = [c for c in ref_m if c in new_m]
+    for role, only in (("reference", set(ref_m) - set(new_m)), ("results", set(new_m) - set(ref_m))):
+        if only:
+            notes.append(f"metric column(s) only in the {role} CSV, not compared: {', '.join(sorted(only))}")
+    if patterns:
+        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c, p) for c in common)]
+        if unmatched:
+            raise CompareInputError(
+                f"--metrics {unmatched}: no common metric column matches; available: {', '.join(common)}"
+            )
+        common = [c for c in common if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
+    unknown = rules.unknown_override_names(list(thresholds) + list(directions), ref_m + new_m)
+    if unknown:
+        raise CompareInputError(
+            f"--threshold/--direction name(s) {unknown} match no metric column and no family "
+            f"({', '.join(rules.DEFAULT_RULES)}); fix the spelling"
+        )
+    return common
+
+
+def _environment_diff(ref: pd.DataFrame, new: pd.DataFrame) -> list[tuple[str, str, str]]:
+    diffs = []
+    for col in sorted(rules.ENVIRONMENT_COLUMNS):
+        if col in ref.columns and col in new.columns:
+            a = sorted({canonical(v) for v in ref[col]} - {""})
+            b = sorted({canonical(v) for v in new[col]} - {""})
+            if a != b:
+                diffs.append((col, ", ".join(a) or "∅", ", ".join(b) or "∅"))
+    return diffs
+
+
+# Columns of outliers.csv; status/error columns are empty for metric findings and vice versa.
+OUTLIER_COLUMNS = (
+    "kind regression metric family direction threshold_pct noise_pct reference new delta delta_pct "
+    "n_reference n_new status_reference status_new error detail"
+).split()
+
+
+KIND_ORDER = ("regression", "failed", "missing", "improvement", "fixed", "new")
+
+
+def _status_finding(ref: pd.Series, new: pd.Series) -> dict | None:
+    """failed (a regression unless the reference failed the same way) or fixed, for a matched pair."""
+    if new["_status"] != OK:
+        # A reference that recorded the same failure (e.g. an OOM probe) makes it the expected outcome.
+        expected = new["_status"] == ref["_status"] and ref["_n_ok"] == 0
+        return {"kind": "failed", "regression": not expected, "error": new["_error"],
+                "detail": "same status as reference" if expected else ""}  # fmt: skip
+    if ref["_status"] != OK and ref["_n_ok"] == 0:
+        return {"kind": "fixed", "regression": False}
+    return None
+
+
+def _metric_row(metric: str, ref: pd.Series, new: pd.Series, rule: rules.MetricRule) -> dict:
+    spreads = (ref[f"{metric}__spread"], new[f"{metric}__spread"])
+    return {
+        "metric": metric, "family": rule.family, "direction": rule.direction,
+        "threshold_pct": rule.threshold_pct, "reference": ref[metric], "new": new[metric],
+        "reference_spread": spreads[0], "new_spread": spreads[1],
+        **judge(ref[metric], new[metric], *spreads, rule),
+        "n_reference": int(ref["_n_ok"]), "n_new": int(new["_n_ok"]),
+    }  # fmt: skip
+
+
+def compare_frames(
+    reference: pd.DataFrame,
+    results: pd.DataFrame,
+    *,
+    keys: list[str] | None = None,
+    thresholds: dict[str, float] | None = None,
+    directions: dict[str, str] | None = None,
+    metrics: list[str] | None = None,
+    allow_missing: bool = False,
+) -> CompareResult:
+    """Join results to reference on ``keys`` and judge every common metric; pure, writes nothing."""
+    thresholds, directions, notes = dict(thresholds or {}), dict(directions or {}), []
+    keys = _resolve_keys(reference, results, keys, notes)
+    metric_cols = _select_metrics(reference, results, metrics, thresholds, directions, notes)
+    ref = _numeric_metrics(reference, metric_cols, "reference")
+    new = _numeric_metrics(results, metric_cols, "results")
+    arg_cols = [c for c in ref.columns if c in new.columns and c not in keys and rules.is_argument_column(c)]
+    g_ref, g_new = _group(ref, keys, metric_cols, arg_cols), _group(new, keys, metric_cols, arg_cols)
+    if "status" not in reference.columns or "status" not in results.columns:
+        notes.append("a CSV has no `status` column: its rows are taken as ok")
+
+    union = pd.concat([g_ref[keys], g_new[keys].loc[~g_new.index.isin(g_ref.index)]])
+    labels = experiment_labels(union, keys)
+    findings, comparison, changed = [], [], []
+    for key in union.index:
+        ident = {"label": labels[key], **union.loc[key, keys].to_dict()}
+        if key not in g_new.index:
+            r_status = g_ref.at[key, "_status"]
+            findings.append(
+                {**ident, "kind": "missing", "regression": not allow_missing, "status_reference": r_status}
+            )
+            continue
+        n = g_new.loc[key]
+        if key not in g_ref.index:  # no reference: only a failure counts
+            failed = n["_status"] not in (OK, SKIPPED)
+            findings.append({**ident, "kind": "failed" if failed else "new", "regression": failed,
+                             "status_new": n["_status"], "error": n["_error"]})  # fmt: skip
+            continue
+        r = g_ref.loc[key]
+        status = _status_finding(r, n)
+        if status:
+            findings.append({**ident, "status_reference": r["_status"], "status_new": n["_status"], **status})
+        changed += [
+            {
+                "label": labels[key],
+                "argument": a,
+                "reference": canonical(r[f"{a}__arg"]),
+                "new": canonical(n[f"{a}__arg"]),
+            }
+            for a in arg_cols
+            if canonical(r[f"{a}__arg"]) != canonical(n[f"{a}__arg"])
+        ]
+        for m in metric_cols:
+            row = {**ident, **_metric_row(m, r, n, rules.rule_for(m, thresholds, directions))}
+            comparison.append(row)
+            if row["verdict"] in ("regression", "improvement"):
+                findings.append({**row, "kind": row["verdict"], "regression": row["verdict"] == "regression"})
+
+    outliers = pd.DataFrame(findings).reindex(columns=["label", *keys, *OUTLIER_COLUMNS])
+    # Worst first, so the top of outliers.csv and of every table is what broke the build.
+    outliers = outliers.sort_values(
+        "kind", key=lambda k: k.map(KIND_ORDER.index), kind="stable", ignore_index=True
+    )
+    outliers["regression"] = outliers["regression"].astype(bool)
+    result = CompareResult(
+        exit_code=1 if outliers["regression"].any() else 0,
+        markdown="",
+        comparison=pd.DataFrame(comparison),
+        outliers=outliers,
+        changed_arguments=pd.DataFrame(changed, columns=["label", "argument", "reference", "new"]),
+        keys=keys,
+        notes=notes,
+        environment=_environment_diff(reference, results),
+    )
+    from tunebench.report import render_markdown  # report.py holds all rendering and imports this module
+
+    result.markdown = render_markdown(result)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write via a temp file in the same directory + os.replace, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs are meant to be shared like any file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_outputs(result: CompareResult, out_dir: Path, charts: bool = True) -> list[Path]:
+    """outliers.csv, comparison.csv, summary.md and (optionally) the PNG charts, all written atomically."""
+    files = []
+    for name, frame in (("outliers.csv", result.outliers), ("comparison.csv", result.comparison)):
+        atomic_write(out_dir / name, frame.to_csv(index=False))
+        files.append(out_dir / name)
+    if charts and not result.comparison.empty:
+        from tunebench import charts as ch  # matplotlib is imported only when charts are wanted
+
+        for name, png in ch.comparison_charts(result.comparison).items():
+            atomic_write(out_dir / name, png)
+            files.append(out_dir / name)
+    from tunebench.report import render_markdown  # report.py holds all rendering and imports this module
+
+    result.files = files + [out_dir / "summary.md"]
+    result.markdown = render_markdown(result)
+    atomic_write(out_dir / "summary.md", result.markdown)
+    return result.files
+
+
+def compare_paths(
+    reference: str | os.PathLike,
+    results: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    keys: list[str] | None = None,
+    thresholds: dict[str, float] | list[str] | None = None,
+    directions: dict[str, str] | list[str] | None = None,
+    metrics: list[str] | None = None,
+    allow_missing: bool = False,
+    charts: bool = True,
+) -> CompareResult:
+    """Load both CSVs, compare, write outputs to ``out_dir`` (default ``<results dir>/compare``).
+
+    Raises CompareInputError (exit code 2 in ``main``) on a bad file or option.
+    """
+    try:
+        thresholds = thresholds if isinstance(thresholds, dict) else rules.parse_thresholds(thresholds)
+        directions = directions if isinstance(directions, dict) else rules.parse_directions(directions)
+    except ValueError as exc:
+        raise CompareInputError(str(exc)) from None
+    results_csv = resolve_results_csv(results)
+    ref_df, new_df = load_csv(reference, "reference"), load_csv(results_csv, "results")
+    result = compare_frames(
+        ref_df,
+        new_df,
+        keys=keys,
+        thresholds=thresholds,
+        directions=directions,
+        metrics=metrics,
+        allow_missing=allow_missing,
+    )
+    result.notes.insert(
+        0, f"reference: `{reference}` ({len(ref_df)} rows); results: `{results_csv}` ({len(new_df)} rows)"
+    )
+    out = Path(out_dir) if out_dir is not None else results_csv.parent / "compare"
+    write_outputs(result, out, charts=charts)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
+    p.add_argument("--reference", required=True, help="reference CSV (e.g. refs/cpu.csv)")
+    p.add_argument("--results", required=True, help="results directory (uses raw_summary.csv) or a CSV")
+    p.add_argument("--out", default=None, help="output directory (default: <results dir>/compare)")
+    p.add_argument(
+        "--keys", default=None, help=f"comma-separated join columns (default: {','.join(rules.DEFAULT_KEYS)})"
+    )
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="METRIC=PCT",
+        help="threshold in %% per metric, glob or family (throughput, memory, time, loss, energy)",
+    )
+    p.add_argument(
+        "--direction",
+        action="append",
+        default=[],
+        metavar="METRIC=DIR",
+        help=f"direction per metric, glob or family: {', '.join(rules.DIRECTIONS)}",
+    )
+    p.add_argument("--metrics", nargs="+", default=None, help="only these metric columns (names or globs)")
+    p.add_argument(
+        "--allow_missing",
+        action="store_true",
+        help="reference rows absent from the results are reported but are not a regression",
+    )
+    p.add_argument("--no_charts", action="store_true", help="skip the PNG charts")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: 0 = no regression, 1 = regression, 2 = usage or input error."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+    try:
+        result = compare_paths(
+            args.reference,
+            args.results,
+            args.out,
+            keys=keys,
+            thresholds=args.threshold,
+            directions=args.direction,
+            metrics=args.metrics,
+            allow_missing=args.allow_missing,
+            charts=not args.no_charts,
+        )
+    except CompareInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(result.markdown)
+    n = int(result.outliers["regression"].sum())
+    print(f"{n} regression(s); outputs in {result.files[-1].parent}", file=sys.stderr)
+    return result.exit_code

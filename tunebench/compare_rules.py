@@ -1,0 +1,340 @@
+"""Metric families, directions, thresholds, noise-band verdicts and experiment identity for comparisons.
+
+Every metric column of the harness CSV belongs to one family (first matching pattern wins):
+
+| family      | columns (fnmatch patterns)                                   | direction       | threshold | ignore below |
+|-------------|--------------------------------------------------------------|-----------------|-----------|--------------|
+| throughput  | `*_per_second`, `*_per_second_per_device`, `mfu`             | lower is worse  | 10 %      | 0            |
+| memory_mib  | `mem_nvidia_*` (nvidia-smi, MiB)                             | higher is worse | 10 %      | 1 MiB        |
+| memory      | `mem_*`, `scan_mem_*` (bytes)                                | higher is worse | 10 %      | 1 MiB        |
+| time        | `train_runtime`, `scan_time_*` (seconds)                     | higher is worse | 10 %      | 1 ms         |
+| loss        | `train_loss`                                                 | two-sided       | 5 %       | 0            |
+| energy      | `energy_*` (joules)                                          | higher is worse | 15 %      | 0            |
+| utilization | `nvidia_gpu_util_mean` (%)                                   | info (never flagged) | -    | 0            |
+
+A metric is flagged only when its relative change is beyond the threshold in the bad direction AND beyond the
+noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
+in absolute terms than "ignore below" (so a 0 -> 4 KiB temporaries change is not a +inf % regression).
+A change of exactly the threshold is not flagged. The same test in the good direction is an improvement;
+a two-sided metric beyond its band is always a regression (a loss that moves either way means the numerics
+changed). Override per metric, glob or family name: ``--threshold mfu=5 --threshold memory=20
+--direction train_loss=ignore``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+LOWER_IS_WORSE = "lower_is_worse"
+HIGHER_IS_WORSE = "higher_is_worse"
+TWO_SIDED = "two_sided"
+IGNORE = "ignore"
+DIRECTIONS = (LOWER_IS_WORSE, HIGHER_IS_WORSE, TWO_SIDED, IGNORE)
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """How one metric column is judged."""
+
+    family: str
+    direction: str
+    threshold_pct: float
+    min_abs: float = 0.0  # absolute changes at or below this are never flagged (units of the column)
+
+
+# Order matters: the first family whose pattern matches a column wins (mem_nvidia_* before mem_*).
+FAMILY_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("throughput", ("*_per_second", "*_per_second_per_device", "mfu")),
+    ("memory_mib", ("mem_nvidia_*",)),
+    ("memory", ("mem_*", "scan_mem_*")),
+    ("time", ("train_runtime", "scan_time_*")),
+    ("loss", ("train_loss",)),
+    ("energy", ("energy_*",)),
+    ("utilization", ("nvidia_gpu_util_mean",)),
+)
+
+DEFAULT_RULES: dict[str, MetricRule] = {
+    "throughput": MetricRule("throughput", LOWER_IS_WORSE, 10.0),
+    "memory_mib": MetricRule("memory_mib", HIGHER_IS_WORSE, 10.0, min_abs=1.0),
+    "memory": MetricRule("memory", HIGHER_IS_WORSE, 10.0, min_abs=float(MIB)),
+    "time": MetricRule("time", HIGHER_IS_WORSE, 10.0, min_abs=1e-3),
+    "loss": MetricRule("loss", TWO_SIDED, 5.0),
+    "energy": MetricRule("energy", HIGHER_IS_WORSE, 15.0),
+    "utilization": MetricRule("utilization", IGNORE, 0.0),
+}
+
+DEFAULT_KEYS: tuple[str, ...] = (
+    "scenario",
+    "framework_config",
+    "peft_method",
+    "model_name_or_path",
+    "num_gpus",
+    "per_device_train_batch_size",
+    "max_seq_len",
+    "gpu_name",
+)
+
+# Columns that are neither metrics nor training arguments: never reported as "changed arguments".
+OUTCOME_COLUMNS = frozenset({"status", "error_messages"})
+ENVIRONMENT_COLUMNS = frozenset(
+    {
+        "gpu_name",
+        "gpu_count",
+        "driver_version",
+        "torch_version",
+        "transformers_version",
+        "trl_version",
+        "peft_version",
+        "tunebench_git_sha",
+        "device_type",
+    }
+)
+# experiment_id hashes the arguments, so it differs whenever an argument does; showing it adds nothing.
+IDENTITY_COLUMNS = frozenset({"experiment_id"})
+
+
+def metric_family(column: str) -> str | None:
+    """The family a column belongs to, or None when it is not a metric."""
+    for family, patterns in FAMILY_PATTERNS:
+        if any(fnmatch.fnmatchcase(column, p) for p in patterns):
+            return family
+    return None
+
+
+def is_argument_column(column: str) -> bool:
+    """True for columns that describe how the experiment was configured (compared as 'changed arguments')."""
+    return (
+        metric_family(column) is None
+        and column not in OUTCOME_COLUMNS
+        and column not in ENVIRONMENT_COLUMNS
+        and column not in IDENTITY_COLUMNS
+    )
+
+
+def _parse_assignments(items: list[str] | None, option: str) -> dict[str, str]:
+    """Parse ``name=value`` pairs, accepting comma-separated lists too."""
+    parsed: dict[str, str] = {}
+    for item in items or []:
+        for part in str(item).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, sep, value = part.partition("=")
+            if not sep or not name.strip() or not value.strip():
+                raise ValueError(f"{option} {part!r}: expected NAME=VALUE, e.g. {option} mfu=5")
+            parsed[name.strip()] = value.strip()
+    return parsed
+
+
+def parse_thresholds(items: list[str] | None) -> dict[str, float]:
+    """``["mfu=5", "memory=20%"]`` -> ``{"mfu": 5.0, "memory": 20.0}`` (percent)."""
+    result: dict[str, float] = {}
+    for name, value in _parse_assignments(items, "--threshold").items():
+        try:
+            pct = float(value.rstrip("%"))
+        except ValueError:
+            raise ValueError(
+                f"--threshold {name}={value}: the threshold must be a percentage, e.g. {name}=10"
+            ) from None
+        if pct < 0:
+            raise ValueError(f"--threshold {name}={value}: the threshold must be >= 0")
+        result[name] = pct
+    return result
+
+
+def parse_directions(items: list[str] | None) -> dict[str, str]:
+    """``["train_loss=ignore"]`` -> ``{"train_loss": "ignore"}``, validated against DIRECTIONS."""
+    result = _parse_assignments(items, "--direction")
+    for name, value in result.items():
+        if value not in DIRECTIONS:
+            raise ValueError(f"--direction {name}={value}: direction must be one of {', '.join(DIRECTIONS)}")
+    return result
+
+
+def _override_for(column: str, family: str, overrides: dict[str, object]):
+    """Most specific override wins: exact column name, then a glob, then the family name."""
+    if column in overrides:
+        return overrides[column]
+    for pattern, value in overrides.items():
+        if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(column, pattern):
+            return value
+    return overrides.get(family)
+
+
+def rule_for(
+    column: str, thresholds: dict[str, float] | None = None, directions: dict[str, str] | None = None
+) -> MetricRule | None:
+    """The rule for a metric column after overrides, or None when the column is not a metric."""
+    family = metric_family(column)
+    if family is None:
+        return None
+    rule = DEFAULT_RULES[family]
+    threshold = _override_for(column, family, thresholds or {})
+    if threshold is not None:
+        rule = replace(rule, threshold_pct=float(threshold))
+    direction = _override_for(column, family, directions or {})
+    if direction is not None:
+        rule = replace(rule, direction=str(direction))
+    return rule
+
+
+def unknown_override_names(names: list[str], columns: list[str]) -> list[str]:
+    """Override names that match no family and no column: almost always a typo worth an error."""
+    families = set(DEFAULT_RULES)
+    unknown = []
+    for name in names:
+        if name in families or name in columns:
+            continue
+        if any(ch in name for ch in "*?[") and any(fnmatch.fnmatchcase(c, name) for c in columns):
+            continue
+        unknown.append(name)
+    return unknown
+
+
+def format_value(column: str, value: float) -> str:
+    """Human units for one metric value: bytes -> GiB/MiB, seconds -> s/ms, MFU -> %; empty for NaN."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if v != v:  # NaN
+        return ""
+    family = metric_family(column)
+    if family == "memory":
+        return f"{v / 1024**3:,.2f} GiB" if abs(v) >= 1024**3 else f"{v / MIB:,.1f} MiB"
+    if family == "memory_mib":
+        return f"{v:,.0f} MiB"
+    if family == "time":
+        return f"{v:,.3f} s" if abs(v) >= 1 else f"{v * 1000:,.2f} ms"
+    if column == "mfu":
+        return f"{v * 100:.2f} %"
+    if family == "throughput":
+        return f"{v:,.1f}"
+    if family == "loss":
+        return f"{v:.4f}"
+    if family == "utilization":
+        return f"{v:.1f} %"
+    return f"{v:,.4g}"
+
+
+def display_scale(column: str) -> tuple[float, str]:
+    """(divisor, unit) to plot a metric in human units: bytes -> GiB, MFU fraction -> %."""
+    family = metric_family(column)
+    if family == "memory":
+        return 1024**3, "GiB"
+    if family == "memory_mib":
+        return 1.0, "MiB"
+    if family == "time":
+        return 1.0, "s"
+    if column == "mfu":
+        return 0.01, "%"
+    if family == "throughput":
+        return 1.0, "tokens/s" if "token" in column else ("samples/s" if "sample" in column else "/s")
+    if family == "energy":
+        return 1.0, "J"
+    if family == "utilization":
+        return 1.0, "%"
+    return 1.0, ""
+
+
+# --------------------------------------------------------------------------- values, verdicts, labels
+def canonical(value) -> str:
+    """A comparable string for a key/argument cell: NaN -> '', 1.0 -> '1', True/'True' -> 'true'."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    text = str(value).strip()
+    if text.lower() in ("true", "false"):
+        return text.lower()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return canonical(number) if math.isfinite(number) else text
+
+
+def judge(ref: float, new: float, ref_spread: float, new_spread: float, rule: MetricRule) -> dict:
+    """Verdict for one metric of one experiment from medians and repeat spreads (max - min)."""
+    out = {"delta": np.nan, "delta_pct": np.nan, "noise_pct": np.nan}
+    if rule.direction == IGNORE:
+        return {**out, "verdict": "ignored"}
+    if math.isnan(ref) or math.isnan(new):
+        return {**out, "verdict": "no_data"}
+    delta = new - ref
+    spread = max(
+        ref_spread if not math.isnan(ref_spread) else 0.0, new_spread if not math.isnan(new_spread) else 0.0
+    )
+    if ref != 0:
+        delta_pct = 100.0 * delta / abs(ref)
+        noise_pct = 100.0 * spread / abs(ref)
+    else:
+        delta_pct = 0.0 if delta == 0 else math.copysign(math.inf, delta)
+        noise_pct = 0.0 if spread == 0 else math.inf
+    out = {"delta": delta, "delta_pct": delta_pct, "noise_pct": noise_pct}
+    eps = 1e-9  # a change of exactly the threshold is not flagged, whatever the float rounding
+    if abs(delta) <= rule.min_abs or abs(delta_pct) <= rule.threshold_pct + eps:
+        return {**out, "verdict": "within_threshold"}
+    if abs(delta_pct) <= noise_pct + eps:
+        return {**out, "verdict": "within_noise"}
+    if rule.direction == TWO_SIDED:
+        return {**out, "verdict": "regression"}
+    worse = delta < 0 if rule.direction == LOWER_IS_WORSE else delta > 0
+    return {**out, "verdict": "regression" if worse else "improvement"}
+
+
+def first_error_line(text) -> str:
+    """The exception line of a traceback (e.g. 'torch.OutOfMemoryError: ...'), else its first line."""
+    if not isinstance(text, str) or not text.strip():
+        return ""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.replace(".", "").replace("_", "").isalnum() and head.endswith(
+            ("Error", "Exception", "Interrupt", "Exit")
+        ):
+            return line
+    return lines[0]
+
+
+def experiment_labels(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Short labels from the key columns whose values vary, e.g. 'fw=fsdp · peft=lora · gpus=2 · bs=8'."""
+    varying = [k for k in keys if frame[k].map(canonical).nunique() > 1] or keys[:1]
+
+    def label(row) -> str:
+        parts = []
+        for k, v in row.items():
+            text = canonical(v) or "∅"
+            if k == "model_name_or_path":
+                text = text.rstrip("/").rsplit("/", 1)[-1]  # the hub org / local dir adds width, not meaning
+            parts.append(text if k in _VALUE_ONLY_LABEL_KEYS else f"{_LABEL_ALIASES.get(k, k)}={text}")
+        return " · ".join(parts)
+
+    return frame[varying].apply(label, axis=1)
+
+
+# Values that read on their own; every other key is shown as alias=value ('2 · 8 · none' says nothing).
+_VALUE_ONLY_LABEL_KEYS = {"scenario", "model_name_or_path", "gpu_name"}
+_LABEL_ALIASES = {
+    "framework_config": "fw",
+    "peft_method": "peft",
+    "num_gpus": "gpus",
+    "per_device_train_batch_size": "bs",
+    "max_seq_len": "seq",
+    "effective_batch_size": "ebs",
+    "gradient_accumulation_steps": "gas",
+}

@@ -1,0 +1,433 @@
+"""Renders results for people: the self-contained HTML report and the markdown summary of a comparison.
+
+Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--reference CSV]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from tunebench import charts
+from tunebench import compare as cmp
+from tunebench import compare_rules as rules
+
+logger = logging.getLogger(__name__)
+
+MEMORY_PARTS = (
+    "scan_mem_params",
+    "scan_mem_grads",
+    "scan_mem_optimizer",
+    "scan_mem_activations",
+    "scan_mem_temporaries",
+)
+GIB = 1024**3
+# (column, panel title, divisor) of the line charts.
+SCALING_PANELS = (
+    ("train_nonpad_tokens_per_second", "non-pad tokens/s (global)", 1.0),
+    ("train_nonpad_tokens_per_second_per_device", "non-pad tokens/s per device", 1.0),
+    ("mfu", "MFU (%)", 0.01),
+)
+MEMORY_PANELS = (
+    ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (GiB)", GIB),
+    ("scan_mem_peak_allocated", "scanner peak allocated (GiB)", GIB),
+)
+TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_optimizer", "scan_time_other")
+# Columns of the experiments table, in order; absent columns are left out.
+SUMMARY_COLUMNS = (
+    ("train_nonpad_tokens_per_second", "non-pad tokens/s"),
+    ("train_nonpad_tokens_per_second_per_device", "non-pad tokens/s/device"),
+    ("mfu", "MFU"),
+    ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated"),
+    ("scan_mem_peak_allocated", "scanner peak"),
+    ("train_runtime", "runtime"),
+    ("train_loss", "loss"),
+)
+LABEL_KEYS = rules.DEFAULT_KEYS
+# Scaling/batch curves join points that share every one of these columns except those the x axis moves.
+CURVE_KEYS = (
+    "scenario",
+    "framework_config",
+    "peft_method",
+    "model_name_or_path",
+    "num_gpus",
+    "per_device_train_batch_size",
+    "max_seq_len",
+    "gpu_name",
+)
+
+
+# ------------------------------------------------------------------------------------------- markdown
+def _md_cell(value) -> str:
+    text = "" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")[:200]
+
+
+def _md_table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _pct(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:+.1f} %"
+
+
+def render_markdown(result: cmp.CompareResult) -> str:
+    """Summary for $GITHUB_STEP_SUMMARY: verdict, counts, then one table per non-empty finding kind."""
+    out = result.outliers
+    n_reg = int(out["regression"].sum())
+    by_kind = {
+        kind: out[out["kind"] == kind]
+        for kind in ("regression", "failed", "missing", "improvement", "fixed", "new")
+    }
+    verdict = f"❌ {n_reg} regression(s)" if n_reg else "✅ no regression"
+    parts = [f"## tunebench comparison: {verdict}", ""]
+    counts = [
+        [
+            len(by_kind["regression"]),
+            len(by_kind["failed"]),
+            len(by_kind["missing"]),
+            len(by_kind["improvement"]) + len(by_kind["fixed"]),
+            len(by_kind["new"]),
+            len(result.changed_arguments),
+        ]
+    ]
+    parts += [
+        _md_table(
+            ["metric regressions", "failed", "missing", "improvements", "new", "changed arguments"], counts
+        ),
+        "",
+    ]
+    parts.append(f"Join keys: {', '.join(f'`{k}`' for k in result.keys)}")
+    parts += [f"- {note}" for note in result.notes] + [""]
+
+    def metric_rows(df):
+        return [
+            [
+                r.label,
+                r.metric,
+                rules.format_value(r.metric, r.reference),
+                rules.format_value(r.metric, r.new),
+                _pct(r.delta_pct),
+                f"{r.threshold_pct:g} %",
+                _pct(r.noise_pct).lstrip("+"),
+            ]
+            for r in df.itertuples()
+        ]
+
+    metric_headers = ["experiment", "metric", "reference", "new", "change", "threshold", "noise band"]
+    if len(by_kind["regression"]):
+        parts += ["### Regressions", _md_table(metric_headers, metric_rows(by_kind["regression"])), ""]
+    if len(by_kind["failed"]):
+        rows = [
+            [
+                r.label,
+                r.status_new,
+                r.status_reference,
+                "yes" if r.regression else f"no ({r.detail})",
+                r.error,
+            ]
+            for r in by_kind["failed"].itertuples()
+        ]
+        parts += [
+            "### Failed",
+            _md_table(["experiment", "status", "reference status", "regression", "error"], rows),
+            "",
+        ]
+    if len(by_kind["missing"]):
+        rows = [
+            [r.label, r.status_reference, "yes" if r.regression else "no (--allow_missing)"]
+            for r in by_kind["missing"].itertuples()
+        ]
+        parts += [
+            "### Missing from results",
+            _md_table(["experiment", "reference status", "regression"], rows),
+            "",
+        ]
+    if len(by_kind["improvement"]) or len(by_kind["fixed"]):
+        rows = metric_rows(by_kind["improvement"])
+        rows += [
+            [r.label, "status", r.status_reference, r.status_new, "fixed", "", ""]
+            for r in by_kind["fixed"].itertuples()
+        ]
+        parts += ["### Improvements", _md_table(metric_headers, rows), ""]
+    if len(by_kind["new"]):
+        rows = [[r.label, r.status_new] for r in by_kind["new"].itertuples()]
+        parts += ["### New experiments without reference", _md_table(["experiment", "status"], rows), ""]
+    if len(result.changed_arguments):
+        parts += [
+            "### Changed arguments",
+            _md_table(
+                ["experiment", "argument", "reference", "new"], result.changed_arguments.values.tolist()
+            ),
+            "",
+        ]
+    if result.environment:
+        parts += [
+            "### Environment differences",
+            _md_table(["column", "reference", "results"], [list(e) for e in result.environment]),
+            "",
+        ]
+    if result.files:
+        parts.append("Files: " + ", ".join(f"`{p.name}`" for p in result.files))
+    return "\n".join(parts).rstrip() + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- HTML
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;
+padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;
+margin-top:1.6em} .meta{color:#666;font-size:.9em} .omitted{color:#8a6d3b;background:#fcf8e3;padding:.4em .7em;
+border-radius:4px} table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px solid #ddd;
+padding:.3em .6em;text-align:left;vertical-align:top} th{background:#f4f4f4} td.num{text-align:right;white-space:nowrap;
+font-variant-numeric:tabular-nums} img{max-width:100%;border:1px solid #eee;margin:.4em 0}
+.status-ok{color:#2b7a2b} .status-bad{color:#b22222;font-weight:600} .pill{display:inline-block;
+padding:.1em .6em;border-radius:1em;background:#eee;margin-right:.4em}
+"""
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset(), cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{html.escape(str(c))}</td>'
+            if i in numeric
+            else f"<td>{html.escape(str(c))}</td>"
+            for i, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _omitted(reason: str) -> str:
+    return f'<p class="omitted">Omitted: {html.escape(reason)}</p>'
+
+
+def _has_data(df: pd.DataFrame, cols) -> list[str]:
+    return [c for c in cols if c in df.columns and df[c].notna().any()]
+
+
+def _labels(df: pd.DataFrame) -> pd.Series:
+    keys = [k for k in LABEL_KEYS if k in df.columns] or [df.columns[0]]
+    labels = rules.experiment_labels(df, keys)
+    # Repeats share a label; number them so every bar and table row is distinguishable.
+    counts = labels.groupby(labels).cumcount()
+    dup = labels.map(labels.value_counts()) > 1
+    return labels.where(~dup, labels + " #" + (counts + 1).astype(str))
+
+
+def _status(df: pd.DataFrame) -> pd.Series:
+    if "status" not in df.columns:
+        return pd.Series("ok", index=df.index)
+    return df["status"].map(rules.canonical).str.lower().replace("", "unknown")
+
+
+def _chart(make, *args, **kwargs) -> str:
+    """An <img> of the chart, or the reason it was left out (absent or too little data)."""
+    try:
+        return _img(make(*args, **kwargs), args[-1] if isinstance(args[-1], str) else "chart")
+    except charts.ChartSkipped as skipped:
+        return _omitted(str(skipped))
+
+
+def _families(ok: pd.DataFrame, *moving: str) -> pd.Series:
+    """Curve name per ok row: the CURVE_KEYS that stay fixed along the x axis (``moving`` excluded)."""
+    cols = [k for k in CURVE_KEYS if k in ok.columns and k not in moving]
+    return rules.experiment_labels(ok, cols) if cols and len(ok) else pd.Series("all", index=ok.index)
+
+
+def _experiments_table(df: pd.DataFrame) -> str:
+    cols = [(c, h) for c, h in SUMMARY_COLUMNS if c in df.columns]
+    rows = []
+    for _, r in df.iterrows():
+        rows.append([r["_label"], r["_status"], *[rules.format_value(c, r[c]) or "–" for c, _ in cols]])
+    return _table(
+        ["experiment", "status", *[h for _, h in cols]],
+        rows,
+        numeric=set(range(2, 2 + len(cols))),
+        cls="experiments",
+    )
+
+
+def _failures_table(df: pd.DataFrame) -> str:
+    failed = df[df["_status"] != "ok"]
+    if failed.empty:
+        return "<p>No failed experiments.</p>"
+    rows = []
+    for _, r in failed.iterrows():
+        line = rules.first_error_line(r.get("error_messages"))
+        head = line.split(":", 1)[0]
+        error_class = (
+            head.rsplit(".", 1)[-1] if head.endswith(("Error", "Exception", "Interrupt", "Exit")) else ""
+        )
+        rows.append([r["_label"], r["_status"], error_class or "–", line or "–"])
+    return _table(["experiment", "status", "error class", "error"], rows, cls="failures")
+
+
+def _environment(df: pd.DataFrame) -> str:
+    rows = []
+    for col in sorted(rules.ENVIRONMENT_COLUMNS):
+        if col in df.columns:
+            values = sorted({rules.canonical(v) for v in df[col]} - {""})
+            rows.append([col, ", ".join(values) or "–"])
+    return _table(["column", "values"], rows, cls="environment") if rows else "<p>No environment columns.</p>"
+
+
+def _comparison_section(result: cmp.CompareResult) -> str:
+    out = result.outliers
+    counts = out.groupby("kind").size().to_dict()
+    n_reg = int(out["regression"].sum())
+    parts = [
+        # Coloured text, not emoji: headless/CI browsers often lack an emoji font and show boxes.
+        (
+            f'<p><b class="status-bad">{n_reg} regression(s)</b> · '
+            if n_reg
+            else '<p><b class="status-ok">no regression</b> · '
+        )  # fmt: skip
+        + " ".join(f'<span class="pill">{html.escape(k)}: {v}</span>' for k, v in sorted(counts.items()))
+        + "</p>"
+    ]
+    if not out.empty:
+        rows = [
+            [
+                r.label,
+                r.kind,
+                "yes" if r.regression else "no",
+                r.metric if isinstance(r.metric, str) else "",
+                rules.format_value(r.metric, r.reference)
+                if isinstance(r.metric, str)
+                else r.status_reference,
+                rules.format_value(r.metric, r.new) if isinstance(r.metric, str) else r.status_new,
+                _pct(r.delta_pct),
+            ]
+            for r in out.fillna({"status_reference": "", "status_new": ""}).itertuples()
+        ]
+        parts.append(
+            _table(
+                ["experiment", "finding", "regression", "metric", "reference", "new", "change"],
+                rows,
+                numeric={4, 5, 6},
+                cls="findings",
+            )
+        )
+    if len(result.changed_arguments):
+        parts.append("<h3>Changed arguments</h3>")
+        parts.append(
+            _table(
+                ["experiment", "argument", "reference", "new"],
+                result.changed_arguments.values.tolist(),
+                cls="changed",
+            )
+        )
+    if not result.comparison.empty and (result.comparison["verdict"] != "ignored").any():
+        parts.append(_img(charts.delta_heatmap(result.comparison), "change vs reference"))
+    return "\n".join(parts)
+
+
+def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None) -> str:
+    """The whole HTML page (charts embedded as base64 PNG) for one results CSV."""
+    metric_cols = [c for c in df.columns if rules.metric_family(c)]
+    df = cmp._numeric_metrics(df, metric_cols, "results")
+    df["_label"], df["_status"] = _labels(df), _status(df)
+    status_counts = df["_status"].value_counts()
+    pills = " ".join(f'<span class="pill">{html.escape(s)}: {n}</span>' for s, n in status_counts.items())
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ok = df[df["_status"] == "ok"]
+    body = [
+        "<h1>tunebench report</h1>",
+        f'<p class="meta">source: <code>{html.escape(source)}</code> · generated {now} · {len(df)} experiment rows '
+        f"{pills}</p>",
+        "<h2>Experiments</h2>",
+        _experiments_table(df),
+        "<h2>Memory breakdown (scanner)</h2>",
+        _chart(
+            charts.breakdown_chart,
+            df,
+            df["_label"],
+            MEMORY_PARTS,
+            "scan_mem_peak_allocated",
+            "Memory by category",
+        ),
+        "<h2>Step time breakdown (scanner)</h2>",
+        _chart(
+            charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step", "Time per step by phase"
+        ),
+        "<h2>Scaling with GPU count</h2>",
+        _chart(
+            charts.curves_chart,
+            ok,
+            "num_gpus",
+            SCALING_PANELS,
+            _families(ok, "num_gpus"),
+            "Throughput and MFU vs GPU count",
+        ),
+        "<h2>Memory vs effective batch size</h2>",
+        _chart(
+            charts.curves_chart,
+            ok,
+            "effective_batch_size",
+            MEMORY_PANELS,
+            _families(ok, "effective_batch_size", "per_device_train_batch_size"),
+            "Memory vs effective batch size",
+        ),
+        "<h2>Failures</h2>",
+        _failures_table(df),
+        "<h2>Environment</h2>",
+        _environment(df),
+    ]
+    if reference is not None:
+        result = cmp.compare_frames(reference, df.drop(columns=["_label", "_status"]))
+        body += [
+            f"<h2>Comparison with reference <code>{html.escape(reference.attrs.get('path', ''))}</code></h2>",
+            _comparison_section(result),
+        ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tunebench report</title>'
+        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def write_report(
+    results: str | Path, out: str | Path | None = None, reference: str | Path | None = None
+) -> Path:
+    """Render ``results`` (dir or CSV) to ``out`` (default ``<results dir>/report.html``); returns the path."""
+    csv = cmp.resolve_results_csv(results)
+    df = cmp.load_csv(csv, "results")
+    ref = cmp.load_csv(reference, "reference") if reference is not None else None
+    page = build_report(df, str(csv), ref)
+    path = Path(out) if out is not None else csv.parent / "report.html"
+    cmp.atomic_write(path, page)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: 0 = report written, 2 = usage or input error."""
+    p = argparse.ArgumentParser(prog="benchmark.py report", description=__doc__.splitlines()[0])
+    p.add_argument("results", help="results directory (uses raw_summary.csv) or a CSV")
+    p.add_argument("--out", default=None, help="HTML file to write (default: <results dir>/report.html)")
+    p.add_argument("--reference", default=None, help="also compare with this reference CSV")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        path = write_report(args.results, args.out, args.reference)
+    except cmp.CompareInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {path}", file=sys.stderr)
+    return 0
