@@ -1,0 +1,167 @@
+"""Exact byte accounting of tensor storages and the allocator/host memory readings the scanner reports."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+from collections.abc import Iterable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes (kMinBlockSize), so a storage of
+# n bytes costs round_up(n, 512) of `memory_allocated`. Counting that way keeps the categories additive with
+# the allocator's own figures; on CPU there is no such rounding and sizes are the raw nbytes.
+CUDA_BLOCK_BYTES = 512
+
+
+def allocation_bytes(nbytes: int, device: torch.device) -> int:
+    """Bytes an allocation of `nbytes` costs on `device` (rounded to the CUDA block size there)."""
+    if device.type == "cuda" and nbytes > 0:
+        return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    return nbytes
+
+
+def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    """(data_ptr, nbytes) of the storage backing `t`, or None for storage-less/empty tensors."""
+    try:
+        st = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # tensor subclasses / meta tensors without a storage
+        return None
+    nbytes = st.nbytes()
+    ptr = st.data_ptr()
+    if nbytes == 0 or ptr == 0:
+        return None
+    return ptr, nbytes
+
+
+def unique_storage_bytes(tensors: Iterable[torch.Tensor], device: torch.device) -> tuple[int, set[int]]:
+    """Sum of unique storage sizes of `tensors` living on `device`, and the set of their data pointers.
+
+    Deduplication is by storage, so tied weights and views are counted once.
+    """
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device != device:
+            continue
+        key = storage_key(t)
+        if key is None or key[0] in seen:
+            continue
+        seen.add(key[0])
+        total += allocation_bytes(key[1], device)
+    return total, seen
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every tensor held in `optimizer.state` (moments, `step` counters, ...)."""
+    out = []
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+    return out
+
+
+class LiveStorages:
+    """Reference-counted set of storages currently held for backward, with their running byte total.
+
+    Several holders (a saved-tensor slot, a checkpoint input) may pin the same storage; it is counted once and
+    leaves the total when the last holder lets go.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._refs: dict[int, list[int]] = {}
+        self.total = 0
+        self.max_total = 0
+
+    def add(self, ptr: int, nbytes: int) -> None:
+        entry = self._refs.get(ptr)
+        if entry is not None:
+            entry[0] += 1
+            return
+        size = allocation_bytes(nbytes, self.device)
+        self._refs[ptr] = [1, size]
+        self.total += size
+        if self.total > self.max_total:
+            self.max_total = self.total
+
+    def release(self, ptr: int) -> None:
+        entry = self._refs.get(ptr)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._refs[ptr]
+            self.total -= entry[1]
+
+    def __contains__(self, ptr: int) -> bool:
+        return ptr in self._refs
+
+
+class CudaAllocator:
+    """Host-side reads of the CUDA caching allocator's bookkeeping; none of these synchronise the device."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def stats(self) -> dict:
+        return torch.cuda.memory_stats(self.device)
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.device)
+
+    def max_allocated(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+
+def device_memory_used(device: torch.device) -> int | None:
+    """Device memory in use as the driver (NVML) sees it, or None where NVML is unavailable."""
+    if device.type != "cuda":
+        return None
+    fn = getattr(torch.cuda, "device_memory_used", None)
+    if fn is None:
+        return None
+    try:
+        return int(fn(device))
+    except Exception as exc:  # pynvml missing or driver query refused: report absent, never guess
+        logger.debug("NVML memory query unavailable: %s", exc)
+        return None
+
+
+def host_rss() -> tuple[int | None, int | None]:
+    """(current RSS, peak RSS) of this process in bytes, from /proc where available."""
+    current = peak = None
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    current = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if peak is None:
+        # ru_maxrss is KiB on Linux; this branch only runs where /proc is missing.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return current, peak
+
+
+def process_start_epoch() -> float | None:
+    """Wall-clock (epoch seconds) at which this process started, from /proc; None where unknown."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            # The command name may contain spaces, so split after its closing parenthesis.
+            fields = fh.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 overall: starttime in clock ticks since boot
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None

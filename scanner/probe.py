@@ -1,0 +1,472 @@
+"""Hooks that observe the scanned optimizer step(s): phase marks, saved-for-backward storages, grads, tokens."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .clock import make_clock
+from .memory import (
+    CudaAllocator,
+    LiveStorages,
+    allocation_bytes,
+    optimizer_state_tensors,
+    storage_key,
+    unique_storage_bytes,
+)
+
+logger = logging.getLogger(__name__)
+
+# Phase labels for the interval that ends at a memory sample. "after_backward" becomes "clip" when the next
+# boundary is the optimizer step (clipping + on_pre_optimizer_step callbacks) and "other" otherwise.
+OTHER, FORWARD, BACKWARD, AFTER_BACKWARD, CLIP, OPTIMIZER = (
+    "other",
+    "forward",
+    "backward",
+    "after_backward",
+    "clip",
+    "optimizer",
+)
+
+
+def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
+    """The real torch optimizer behind accelerate's AcceleratedOptimizer (or similar wrappers).
+
+    AcceleratedOptimizer subclasses torch.optim.Optimizer without initialising it, so follow `.optimizer`
+    as long as there is one rather than stopping at the first Optimizer instance.
+    """
+    for _ in range(8):
+        inner = getattr(optimizer, "optimizer", None)
+        if inner is None or inner is optimizer:
+            break
+        optimizer = inner
+    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")
+
+
+@dataclass
+class StepRecord:
+    """Raw observations of one step; clock marks are resolved into seconds after the single sync."""
+
+    step: int
+    start: Any
+    end: Any = None
+    forward: list = field(default_factory=list)  # [start_mark, end_mark] per top-level forward
+    backward: list = field(default_factory=list)  # [start_mark, end_mark] per backward pass
+    optimizer: list = field(default_factory=list)  # [start_mark, end_mark] per optimizer.step()
+    clip_start: Any = None  # end of the last backward before the optimizer step
+    micro_batches: int = 0
+    tokens: int = 0
+    nonpad: list = field(default_factory=list)  # ints or 0-dim device tensors (summed lazily: no sync)
+    peak: int = -1
+    peak_phase: str | None = None
+    peak_activations: int = 0
+    peak_grads: int = 0
+    peak_optimizer: int = 0
+    phase_peaks: dict = field(default_factory=dict)
+    peak_reserved: int = 0
+    activations_max: int = 0
+    grads_end: int = 0
+    optimizer_bytes: int = 0
+    boundaries: list = field(default_factory=list)
+    stats_start: dict | None = None
+    stats_end: dict | None = None
+
+
+class _Saved:
+    """What autograd stores for a saved tensor while the scan runs; its death marks the storage's release."""
+
+    __slots__ = ("tensor", "ptr", "probe")
+
+    def __init__(self, tensor: torch.Tensor, ptr: int, probe: StepProbe):
+        self.tensor = tensor
+        self.ptr = ptr
+        self.probe = probe
+
+    def __del__(self):
+        self.probe._on_release(self.ptr)
+
+
+class StepProbe:
+    """Installs every hook for a scanned step range and removes all of them in `remove()`."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any):
+        self.model = model
+        self.optimizer = unwrap_optimizer(optimizer)
+        self.device = _model_device(model)
+        self.clock = make_clock(self.device)
+        self.alloc = CudaAllocator(self.device) if self.device.type == "cuda" else None
+        self._handles: list = []
+        self._rec: StepRecord | None = None
+        self._phase = OTHER
+        self._fwd_depth = 0
+        self._pending_fwd = 0
+        self._bwd_open = False
+        self._saved_ctx = None
+        self._saved = LiveStorages(self.device)  # saved tensors + checkpoint inputs
+        self._recompute_live = 0
+        self._recompute_before = 0
+        self._recompute_layer: int | None = None
+        self._child_layer: dict[int, int] = {}
+        self._grads: dict[int, int] = {}
+        self.params_bytes, param_ptrs = unique_storage_bytes(model.parameters(), self.device)
+        buffers = [b for b in model.buffers() if b.device == self.device]
+        buffer_ptrs = {k[0] for k in map(storage_key, buffers) if k is not None} - param_ptrs
+        self.buffers_bytes = sum(
+            allocation_bytes(k[1], self.device)
+            for k in {storage_key(b) for b in buffers}
+            if k is not None and k[0] in buffer_ptrs
+        )
+        self._excluded = param_ptrs | buffer_ptrs
+        self._opt_bytes = self._optimizer_bytes()
+        self._install()
+
+    # ---------------------------------------------------------------- install / remove
+    def _install(self) -> None:
+        m = self.model
+        self._handles.append(m.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        self._handles.append(m.register_forward_hook(self._fwd_post, always_call=True))
+        for sub in m.modules():
+            # transformers' GradientCheckpointingLayer (and compatible layers) flag themselves like this
+            if getattr(sub, "gradient_checkpointing", False) is True:
+                self._handles.append(sub.register_forward_pre_hook(self._ckpt_pre, with_kwargs=True))
+                if self.alloc is None:
+                    continue
+                # Recompute runs the layer's children again inside backward. transformers >= 5.2x checkpoints
+                # `forward` (the layer's own hooks stay outside the recompute), older ones `__call__`; the
+                # children's hooks fire during recompute either way.
+                for child in sub.children():
+                    self._child_layer[id(child)] = id(sub)
+                    self._handles.append(child.register_forward_pre_hook(self._recompute_pre))
+                    self._handles.append(child.register_forward_hook(self._recompute_post))
+        for p in m.parameters():
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(self._opt_pre))
+            self._handles.append(self.optimizer.register_step_post_hook(self._opt_post))
+
+    def remove(self) -> None:
+        """Remove every hook; idempotent, safe mid-step (used on errors and at train end)."""
+        self._pop_saved_ctx()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._rec = None
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    # ---------------------------------------------------------------- step boundaries
+    def begin_step(self, step: int, start_mark: Any = None) -> None:
+        """Open the record of `step`; its window starts at `start_mark` (default: now)."""
+        if self.alloc is not None:
+            self.alloc.reset_peak()
+        rec = StepRecord(step=step, start=start_mark if start_mark is not None else self.clock.mark())
+        rec.stats_start = self._stats()
+        self._grads = self._current_grads()
+        rec.optimizer_bytes = self._opt_bytes
+        self._rec = rec
+        self._phase = OTHER
+        self._boundary("step_start")
+
+    def restart(self, start_mark: Any) -> None:
+        """Move the window start of the open record (e.g. to on_epoch_begin), keeping nothing else."""
+        if self._rec is not None:
+            self.begin_step(self._rec.step, start_mark)
+
+    def end_step(self) -> tuple[StepRecord, Any]:
+        """Close the open record; returns it and the end mark (the next step's window start)."""
+        rec = self._rec
+        rec.end = self.clock.mark()
+        self._phase = OTHER  # zero_grad, scheduler, callbacks (or a skipped optimizer step)
+        self._boundary("step_end")
+        self._grads = self._current_grads()  # zero_grad(set_to_none) has run by now
+        rec.grads_end = sum(self._grads.values())
+        rec.stats_end = self._stats()
+        rec.activations_max = max(rec.activations_max, self._saved.max_total)
+        self._rec = None
+        return rec, rec.end
+
+    # ---------------------------------------------------------------- memory sampling
+    def _stats(self) -> dict | None:
+        if self.alloc is None:
+            return None
+        try:  # the nested dict avoids the Python flattening done by torch.cuda.memory_stats()
+            return torch._C._cuda_memoryStats(self.device.index if self.device.index is not None else 0)
+        except Exception:
+            return None
+
+    def _activations(self) -> int:
+        return self._saved.total + self._recompute_live
+
+    def _sample(self) -> None:
+        """Attribute a new allocator peak to the categories live since the previous sample.
+
+        Category totals only change at hook events, so between two samples they are constant; if the
+        allocator's peak rose in that interval, the peak instant saw exactly those category totals.
+        """
+        rec = self._rec
+        if rec is None:
+            return
+        act = self._activations()
+        if act > rec.activations_max:
+            rec.activations_max = act
+        if self.alloc is None:
+            return
+        stats = self._stats()
+        if stats is None:
+            return
+        peak = stats["allocated_bytes"]["all"]["peak"]
+        reserved = stats["reserved_bytes"]["all"]["peak"]
+        if reserved > rec.peak_reserved:
+            rec.peak_reserved = reserved
+        if peak > rec.phase_peaks.get(self._phase, -1):
+            rec.phase_peaks[self._phase] = peak
+        if peak > rec.peak:
+            rec.peak = peak
+            rec.peak_phase = self._phase
+            rec.peak_activations = act
+            rec.peak_grads = sum(self._grads.values())
+            rec.peak_optimizer = self._opt_bytes
+
+    def _boundary(self, name: str) -> None:
+        """Sample, snapshot the categories at a phase boundary, then restart the per-phase peak."""
+        rec = self._rec
+        if rec is None:
+            return
+        self._sample()
+        snap = {"event": name, "activations": self._activations(), "grads": sum(self._grads.values())}
+        if self.alloc is not None:
+            snap["allocated"] = self.alloc.allocated()
+            self.alloc.reset_peak()
+        rec.boundaries.append(snap)
+
+    def _current_grads(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for p in self.model.parameters():
+            g = p.grad
+            if g is not None and g.device == self.device:
+                key = storage_key(g)
+                if key is not None:
+                    out[key[0]] = allocation_bytes(key[1], self.device)
+        return out
+
+    def _optimizer_bytes(self) -> int:
+        if self.optimizer is None:
+            return 0
+        return unique_storage_bytes(optimizer_state_tensors(self.optimizer), self.device)[0]
+
+    # ---------------------------------------------------------------- forward
+    def _fwd_pre(self, module, args, kwargs):
+        if self._rec is None or not module.training or not torch.is_grad_enabled():
+            return None
+        self._fwd_depth += 1
+        if self._fwd_depth > 1:  # the model re-entered itself; only the outermost call is a phase
+            return None
+        self._count_tokens(args, kwargs)
+        if self._phase == AFTER_BACKWARD:
+            self._phase = OTHER  # between micro-batches: the interval is not clipping
+        self._boundary("forward_start")
+        self._phase = FORWARD
+        self._rec.forward.append([self.clock.mark(), None])
+        self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_ctx.__enter__()
+        return None
+
+    def _fwd_post(self, module, args, output):
+        if self._fwd_depth == 0:
+            return None
+        self._fwd_depth -= 1
+        if self._fwd_depth > 0:
+            return None
+        self._pop_saved_ctx()
+        if sys.exc_info()[1] is not None:
+            # forward raised: this hook runs inside torch's except-block; drop everything now, because no
+            # callback will ever tell us the step died.
+            logger.warning("scanner: forward raised during the scanned step; hooks removed, no report")
+            self.aborted = True
+            self.remove()
+            return None
+        rec = self._rec
+        rec.forward[-1][1] = self.clock.mark()
+        self._boundary("forward_end")
+        self._phase = OTHER  # a loss computed outside the model's forward lands in "other"
+        rec.micro_batches += 1
+        self._pending_fwd += 1
+        target = self._grad_target(output)
+        if target is not None:
+            self._handles.append(target.register_hook(self._on_output_grad))
+        return None
+
+    aborted = False
+
+    def _pop_saved_ctx(self) -> None:
+        if self._saved_ctx is not None:
+            ctx, self._saved_ctx = self._saved_ctx, None
+            ctx.__exit__(None, None, None)
+
+    @staticmethod
+    def _grad_target(output) -> torch.Tensor | None:
+        loss = getattr(output, "loss", None)
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:
+            return loss
+        values = output.values() if hasattr(output, "values") else output
+        if isinstance(values, torch.Tensor):
+            values = [values]
+        for v in values if isinstance(values, (list, tuple)) or hasattr(values, "__iter__") else []:
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                return v
+        return None
+
+    def _count_tokens(self, args, kwargs) -> None:
+        rec = self._rec
+        ids = kwargs.get("input_ids")
+        if ids is None and args and isinstance(args[0], torch.Tensor):
+            ids = args[0]
+        if isinstance(ids, torch.Tensor):
+            shape = ids.shape
+        else:
+            embeds = kwargs.get("inputs_embeds")
+            if not isinstance(embeds, torch.Tensor):
+                return
+            shape = embeds.shape[:-1]
+        n = shape.numel()
+        rec.tokens += n
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape == shape:
+            rec.nonpad.append((mask != 0).sum())  # stays on device until the end-of-scan sync
+        else:
+            # no 2-D padding mask (packed / padding-free batches carry position_ids only): all tokens are real
+            rec.nonpad.append(n)
+
+    # ---------------------------------------------------------------- saved tensors
+    def _pack(self, t: torch.Tensor):
+        if t.device != self.device:
+            return t
+        key = storage_key(t)
+        if key is None or key[0] in self._excluded:  # parameters, buffers and views of them
+            return t
+        self._saved.add(*key)
+        self._sample()  # the storage was allocated just before being saved: count it as live at the peak
+        return _Saved(t, key[0], self)
+
+    def _unpack(self, packed):
+        if self._pending_fwd and not self._bwd_open and self._rec is not None:
+            self._on_backward_start()
+        return packed.tensor if type(packed) is _Saved else packed
+
+    def _on_release(self, ptr: int) -> None:
+        if self._rec is not None:
+            self._sample()  # the storage is still alive: the wrapper holding it is being torn down
+        self._saved.release(ptr)
+
+    # ---------------------------------------------------------------- gradient checkpointing
+    def _ckpt_pre(self, module, args, kwargs):
+        if self._rec is None:
+            return None
+        if self._phase == FORWARD:
+            # The checkpoint keeps these inputs alive until the layer's backward, outside any saved-tensor
+            # hook we can see; count them as activations until the tensors die.
+            for t in _flat_tensors(args, kwargs):
+                key = storage_key(t) if t.device == self.device else None
+                if key is None or key[0] in self._excluded:
+                    continue
+                self._saved.add(*key)
+                weakref.finalize(t, self._saved.release, key[0])
+            self._sample()
+        return None
+
+    def _recompute_pre(self, module, args):
+        if self._rec is None or not self._bwd_open:
+            return None
+        layer = self._child_layer.get(id(module))
+        if layer != self._recompute_layer:  # a new layer's recompute: the previous one's are consumed
+            self._recompute_layer = layer
+            self._recompute_live = 0
+            self._sample()
+            self._recompute_before = self.alloc.allocated()
+        return None
+
+    def _recompute_post(self, module, args, output):
+        if self._rec is not None and self._bwd_open:
+            # Recomputed activations live until this layer's backward consumes them; the allocator delta
+            # since the layer's recompute began is what they hold (CUDA only: no allocator counter on CPU).
+            self._recompute_live = max(0, self.alloc.allocated() - self._recompute_before)
+            self._sample()
+        return None
+
+    # ---------------------------------------------------------------- backward
+    def _on_output_grad(self, grad):
+        if self._pending_fwd and not self._bwd_open and self._rec is not None:
+            self._on_backward_start()
+        return None
+
+    def _on_backward_start(self) -> None:
+        self._boundary("backward_start")
+        self._phase = BACKWARD
+        self._bwd_open = True
+        self._pending_fwd = 0
+        self._rec.backward.append([self.clock.mark(), None])
+        torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+
+    def _on_backward_end(self) -> None:
+        rec = self._rec
+        self._bwd_open = False
+        if rec is None:
+            return
+        rec.backward[-1][1] = rec.clip_start = self.clock.mark()
+        self._boundary("backward_end")
+        self._recompute_live = 0
+        self._recompute_layer = None
+        self._phase = AFTER_BACKWARD
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        if self._rec is None or p.grad is None:
+            return
+        key = storage_key(p.grad)
+        if key is not None and key[0] not in self._grads and p.grad.device == self.device:
+            self._grads[key[0]] = allocation_bytes(key[1], self.device)
+            self._sample()
+
+    # ---------------------------------------------------------------- optimizer
+    def _opt_pre(self, optimizer, args, kwargs):
+        rec = self._rec
+        if rec is None:
+            return
+        if self._phase == AFTER_BACKWARD:
+            self._phase = CLIP
+        else:
+            rec.clip_start = None  # no backward right before: nothing to call clipping
+        self._boundary("optimizer_start")
+        self._phase = OPTIMIZER
+        rec.optimizer.append([self.clock.mark(), None])
+
+    def _opt_post(self, optimizer, args, kwargs):
+        rec = self._rec
+        if rec is None or not rec.optimizer:
+            return
+        rec.optimizer[-1][1] = self.clock.mark()
+        self._boundary("optimizer_end")
+        self._opt_bytes = rec.optimizer_bytes = self._optimizer_bytes()  # lazy state appears at step 1
+        self._phase = OTHER
+
+
+def _flat_tensors(args, kwargs):
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            yield from (x for x in v if isinstance(x, torch.Tensor))

@@ -1,0 +1,432 @@
+"""GPU fidelity of the scanner: categories vs MemTracker, phases vs torch.profiler, overhead vs unscanned steps.
+
+Usage (on a CUDA machine, torch >= 2.11):
+    python scripts/gpu/scanner_fidelity.py --case all --steps 3 --out out/fidelity
+CPU smoke test of the whole pipeline with tiny shapes:
+    python scripts/gpu/scanner_fidelity.py --tiny --case all --out /tmp/fidelity
+Writes fidelity.json and fidelity.md under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
+
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+from scanner import Scanner  # noqa: E402
+from scanner.probe import unwrap_optimizer  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+CASES = {
+    "a": dict(
+        name="llama-3.2-1B shape, full FT, bf16, AdamW, seq 1024, micro-batch 8",
+        model=dict(
+            hidden_size=2048,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            intermediate_size=8192,
+            vocab_size=128256,
+            tie_word_embeddings=True,
+        ),
+        lora=False,
+        gc=False,
+        ga=1,
+        seq=1024,
+        mb=8,
+    ),
+    "b": dict(
+        name="mistral-7B shape, LoRA r=16, gradient checkpointing, GA 4, seq 2048, micro-batch 2",
+        model=dict(
+            hidden_size=4096,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            intermediate_size=14336,
+            vocab_size=32000,
+            tie_word_embeddings=False,
+        ),
+        lora=True,
+        gc=True,
+        ga=4,
+        seq=2048,
+        mb=2,
+    ),
+}
+TINY_MODEL = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    vocab_size=512,
+)
+CATEGORY_MAP = {  # scanner field -> MemTracker reference types
+    "mem_params": ("Parameter",),
+    "mem_buffers": ("Buffer",),
+    "mem_grads": ("Gradient",),
+    "mem_optimizer": ("Optstate",),
+    "mem_activations": ("Activation",),
+    "mem_temporaries": ("Temp", "Other"),
+}
+
+
+class StepTimer(TrainerCallback):
+    """Per-step times from clock marks at every on_step_end (same window definition as the scanner)."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.marks = cuda, []
+
+    def _mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.marks = [self._mark()]
+
+    def on_step_end(self, args, state, control, **kw):
+        self.marks.append(self._mark())
+
+    def step_times(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:], strict=False)]
+        return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
+
+
+class _NoHandle:
+    def remove(self):
+        pass
+
+
+class MemTrackerStep(TrainerCallback):
+    """Runs torch's MemTracker over exactly one optimizer step (the oracle; far too slow for the scanner)."""
+
+    def __init__(self, step: int, cuda: bool):
+        self.step, self.cuda = step, cuda
+        self.mt = self.peak = self.max_allocated = None
+        self.seconds = None
+
+    def _enter(self, model, optimizer):
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        self.mt = MemTracker()
+        for p in model.parameters():
+            if not p.requires_grad:  # MemTracker hooks every parameter; frozen ones cannot take a grad hook
+                self.mt._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+        self.mt.track_external(model, unwrap_optimizer(optimizer))
+        self.mt.__enter__()
+        self.t0 = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
+        if self.step == 1:
+            self._enter(model, optimizer)
+
+    def on_substep_end(self, args, state, control, **kw):
+        if self.mt is not None:
+            self.mt.reset_mod_stats()  # repeated forwards of the same modules across micro-batches
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kw):
+        if state.global_step == self.step - 1 and self.mt is None:
+            self._enter(model, optimizer)
+        elif state.global_step == self.step and self.mt is not None:
+            self.mt.__exit__(None, None, None)
+            if self.cuda:
+                torch.cuda.synchronize()
+                self.max_allocated = torch.cuda.max_memory_allocated()
+            self.seconds = time.perf_counter() - self.t0
+            snap = self.mt.get_tracker_snapshot("peak")
+            dev = next(iter(snap)) if snap else None
+            self.peak = {getattr(k, "value", str(k)): int(v) for k, v in (snap[dev] if dev else {}).items()}
+            self.mt = None
+
+
+def build_model(case: dict, tiny: bool, device: str):
+    cfg = LlamaConfig(
+        **(TINY_MODEL if tiny else case["model"]), max_position_embeddings=4096, attn_implementation="sdpa"
+    )
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(old)
+    if case["lora"]:
+        import peft
+
+        model = peft.get_peft_model(
+            model,
+            peft.LoraConfig(
+                r=16,
+                lora_alpha=32,
+                task_type="CAUSAL_LM",
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            ),
+        )
+    return model
+
+
+def dataset(n: int, seq: int, vocab: int):
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(n):
+        ids = torch.randint(0, vocab, (seq,), generator=g)
+        rows.append({"input_ids": ids, "attention_mask": torch.ones(seq, dtype=torch.long), "labels": ids})
+    return rows
+
+
+def run(model, case, tiny, steps, callbacks, out_dir):
+    cuda = torch.cuda.is_available()
+    seq, mb = (64, 2) if tiny else (case["seq"], case["mb"])
+    args = TrainingArguments(
+        output_dir=str(out_dir / "trainer"),
+        max_steps=steps,
+        per_device_train_batch_size=mb,
+        gradient_accumulation_steps=case["ga"],
+        bf16=cuda,
+        use_cpu=not cuda,
+        optim="adamw_torch",
+        gradient_checkpointing=case["gc"],
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    vocab = model.config.vocab_size
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=dataset(steps * mb * case["ga"], seq, vocab),
+        callbacks=callbacks,
+    )
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    trainer.train()
+    if cuda:
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    del trainer
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return wall
+
+
+def profiler_phases(trace_path: str) -> dict | None:
+    """Kernel spans by phase from a chrome trace: backward = kernels launched by the autograd thread."""
+    with open(trace_path) as fh:
+        events = json.load(fh).get("traceEvents", [])
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if not kernels:
+        return None
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    opt_ops = [
+        e
+        for e in events
+        if e.get("cat") in ("cpu_op", "user_annotation")
+        and str(e.get("name", "")).startswith("Optimizer.step#")
+    ]
+    main_tid = opt_ops[0]["tid"] if opt_ops else None
+    labelled = []
+    for k in sorted(kernels, key=lambda e: e["ts"]):
+        launch = launches.get(k.get("args", {}).get("correlation"))
+        if launch is None:
+            continue
+        if any(o["ts"] <= launch["ts"] <= o["ts"] + o["dur"] for o in opt_ops):
+            label = "optimizer"
+        elif main_tid is not None and launch["tid"] != main_tid:
+            label = "backward"
+        else:
+            label = "main"
+        labelled.append((label, k["ts"], k["ts"] + k["dur"], k["dur"]))
+    segments = []  # consecutive kernels of one label: [label, start, end, busy]
+    for label, s, e, d in labelled:
+        if segments and segments[-1][0] == label:
+            segments[-1][2] = max(segments[-1][2], e)
+            segments[-1][3] += d
+        else:
+            segments.append([label, s, e, d])
+    out = {"forward": 0.0, "backward": 0.0, "clip": 0.0, "optimizer": 0.0, "other_main": 0.0}
+    for i, (label, s, e, _) in enumerate(segments):
+        nxt = segments[i + 1][0] if i + 1 < len(segments) else None
+        key = {"backward": "backward", "optimizer": "optimizer"}.get(label)
+        if key is None:
+            key = "forward" if nxt == "backward" else "clip" if nxt == "optimizer" else "other_main"
+        out[key] += (e - s) / 1e6
+    out["kernel_span"] = (labelled[-1][2] - labelled[0][1]) / 1e6
+    out["kernel_busy"] = sum(d for *_, d in labelled) / 1e6
+    return out
+
+
+def rel(a, b):
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return 0.0 if a == 0 else None
+    return abs(a - b) / abs(b)
+
+
+def run_case(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
+    case = CASES[key]
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    model = build_model(case, tiny, device)
+    total = steps + 8  # enough unscanned steps for a median and a run-throughput comparison
+    res: dict = {"case": key, "name": case["name"], "tiny": tiny, "scanned_step": steps, "steps_run": total}
+
+    run(model, case, tiny, 2, [], out_dir)  # warm-up (kernels, allocator) so both timed runs start equal
+    timer_scan = StepTimer(cuda)
+    scanner = Scanner(steps=steps, output=None, log_to_trainer=False)
+    res["wall_with_scanner"] = run(model, case, tiny, total, [timer_scan, scanner], out_dir)
+    timer_base = StepTimer(cuda)
+    res["wall_without_scanner"] = run(model, case, tiny, total, [timer_base], out_dir)
+    report = scanner.report.steps[0]
+    res["scanner"] = report.to_dict()
+    res["scanner"].pop("boundaries", None)
+
+    t_scan, t_base = timer_scan.step_times(), timer_base.step_times()
+    unscanned = [t for i, t in enumerate(t_scan, 1) if i not in (1, steps, steps + 1)]
+    res["step_times_with_scanner"], res["step_times_without_scanner"] = t_scan, t_base
+    res["overhead"] = {
+        "scanned_step": t_scan[steps - 1],
+        "median_unscanned_step": statistics.median(unscanned) if unscanned else None,
+        "scanned_vs_median_unscanned": (t_scan[steps - 1] / statistics.median(unscanned) - 1)
+        if unscanned
+        else None,
+        "step_after_scan": t_scan[steps] if len(t_scan) > steps else None,
+        # throughput with / without scanner over the same steps (2..end), from the same step clock;
+        # wall-clock of train() is reported too but includes Trainer setup noise
+        "run_throughput_ratio": sum(t_base[1:]) / sum(t_scan[1:]),
+        "wall_ratio": res["wall_without_scanner"] / res["wall_with_scanner"],
+    }
+
+    mt = MemTrackerStep(steps, cuda)
+    run(model, case, tiny, steps, [mt], out_dir)
+    res["memtracker"] = {"peak": mt.peak, "max_allocated_same_step": mt.max_allocated, "seconds": mt.seconds}
+    cmp = {}
+    for field, refs in CATEGORY_MAP.items():
+        ref = sum(mt.peak.get(r, 0) for r in refs) if mt.peak else None
+        cmp[field] = {
+            "scanner": report.to_dict()[field],
+            "memtracker": ref,
+            "rel_error": rel(report.to_dict()[field], ref),
+        }
+    res["category_vs_memtracker"] = cmp
+    if mt.peak and mt.max_allocated:
+        res["memtracker_total_vs_max_allocated"] = rel(mt.peak.get("Total"), mt.max_allocated)
+    if report.mem_peak_allocated is not None:
+        parts = sum(report.to_dict()[f] or 0 for f in CATEGORY_MAP)
+        res["scanner_sum_vs_max_allocated"] = rel(parts, report.mem_peak_allocated)
+
+    if cuda:
+        trace = str(out_dir / f"trace_{key}.json")
+        prof_scanner = Scanner(steps=steps, output=None, log_to_trainer=False, profile_trace=trace)
+        run(model, case, tiny, steps, [prof_scanner], out_dir)
+        r = prof_scanner.report.steps[0]
+        res["profiler"] = {
+            "trace_phases": profiler_phases(trace),
+            "scanner_same_run": {
+                k: getattr(r, k)
+                for k in (
+                    "time_step",
+                    "time_forward",
+                    "time_backward",
+                    "time_clip",
+                    "time_optimizer",
+                    "time_other",
+                )
+            },
+        }
+        os.remove(trace)  # large; the numbers above are what the evidence needs
+    del model
+    gc.collect()
+    return res
+
+
+def to_markdown(results: dict) -> str:
+    lines = [f"# Scanner fidelity ({results['device']})", "", f"Command: `{results['command']}`", ""]
+    for res in results["cases"]:
+        lines += [
+            f"## Case {res['case']}: {res['name']}",
+            "",
+            "| category | scanner | MemTracker | rel. error |",
+            "|---|---:|---:|---:|",
+        ]
+        for f, c in res["category_vs_memtracker"].items():
+            err = "n/a" if c["rel_error"] is None else f"{100 * c['rel_error']:.2f}%"
+            lines.append(f"| {f[4:]} | {c['scanner']} | {c['memtracker']} | {err} |")
+        for k in ("memtracker_total_vs_max_allocated", "scanner_sum_vs_max_allocated"):
+            if res.get(k) is not None:
+                lines.append(f"\n{k}: {100 * res[k]:.3f}%")
+        o = res["overhead"]
+        lines += ["", "Overhead: " + ", ".join(f"{k}={v:.4f}" for k, v in o.items() if v is not None)]
+        if res.get("profiler"):
+            lines += [
+                "",
+                "Profiler (kernel spans) vs scanner (same run):",
+                "```",
+                json.dumps(res["profiler"], indent=1),
+                "```",
+            ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=["a", "b", "all"], default="all")
+    ap.add_argument("--steps", type=int, default=3, help="the optimizer step to scan (>= 2)")
+    ap.add_argument("--out", required=True, help="directory for fidelity.json and fidelity.md")
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
+    a = ap.parse_args(argv)
+    if a.steps < 2:
+        ap.error("--steps must be >= 2 (step 1 allocates the optimizer state lazily)")
+    if not a.tiny and not torch.cuda.is_available():
+        ap.error("full-size cases need CUDA; use --tiny for a CPU smoke test")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "command": " ".join([sys.executable, *sys.argv]),
+        "device": torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "cases": [run_case(k, a.tiny, a.steps, out) for k in (["a", "b"] if a.case == "all" else [a.case])],
+    }
+    (out / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "fidelity.md").write_text(to_markdown(results))
+    print(to_markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
