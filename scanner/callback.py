@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from .collectives import CollectiveRecorder
 from .memory import device_memory_used, host_rss, process_start_epoch
 from .options import JSON_SUFFIXES, make_options
 from .probe import StepProbe
@@ -39,8 +40,11 @@ class Scanner(TrainerCallback):
         memory_snapshot: Any = None,
         profile_trace: Any = None,
         all_ranks: bool = False,
+        collectives: Any = "auto",
     ):
-        self.options = make_options(steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks)
+        self.options = make_options(
+            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives
+        )
         self.report: ScanReport | None = None
         self.trainer_ref: weakref.ref | None = None  # set by autoinject, else found at on_train_begin
         self._probe: StepProbe | None = None
@@ -50,6 +54,7 @@ class Scanner(TrainerCallback):
         self._saves_emitted = 0
         self._last_event = time.perf_counter()
         self._profiler = None
+        self._collectives: CollectiveRecorder | None = None
         self._recording_history = False
 
     # ------------------------------------------------------------------ public helpers
@@ -166,8 +171,12 @@ class Scanner(TrainerCallback):
         finally:
             probe.remove()
             self._probe = None
-        snapshot, trace = self._stop_extras(write=True)
         rank, world = _rank_world(args)
+        collectives = self._collectives.stop(world) if self._collectives is not None else None
+        self._collectives = None
+        snapshot, trace = self._stop_extras(write=True)
+        if collectives is not None and self.options.profile_trace:
+            trace = self.options.profile_trace
         self.report = ScanReport(
             steps=steps,
             rank=rank,
@@ -177,6 +186,7 @@ class Scanner(TrainerCallback):
             checkpoint_saves=list(self._saves),
             memory_snapshot=snapshot,
             profile_trace=trace,
+            collectives=collectives,
             versions={"torch": torch.__version__, "transformers": _transformers_version()},
         )
         self._records = []
@@ -219,7 +229,12 @@ class Scanner(TrainerCallback):
                 self._recording_history = True
             else:
                 logger.warning("Scanner: memory_snapshot needs CUDA; skipped on %s", device)
-        if self.options.profile_trace:
+        if _record_collectives(self.options.collectives):
+            # One profiler serves both: the collective counts and, if asked for, the trace file.
+            trace_path = _rank_path(self.options.profile_trace, *_rank_world(None)) if self.options.profile_trace else None
+            self._collectives = CollectiveRecorder(device.type, trace_path)
+            self._collectives.start()
+        elif self.options.profile_trace:
             acts = [torch.profiler.ProfilerActivity.CPU]
             if device.type == "cuda":
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -228,6 +243,9 @@ class Scanner(TrainerCallback):
 
     def _stop_extras(self, write: bool) -> tuple[str | None, str | None]:
         snapshot = trace = None
+        if self._collectives is not None:  # scan abandoned: stop profiling, keep nothing
+            self._collectives.stop(1, write=False)
+            self._collectives = None
         if self._recording_history:
             self._recording_history = False
             if write:
@@ -267,6 +285,14 @@ def _rank_path(path: str, rank: int, world: int) -> str:
         return path
     stem, ext = os.path.splitext(path)
     return f"{stem}.rank{rank}{ext}"
+
+
+def _record_collectives(option) -> bool:
+    if option == "auto":
+        return torch.distributed.is_available() and torch.distributed.is_initialized() and (
+            torch.distributed.get_world_size() > 1
+        )
+    return bool(option)
 
 
 def _rank_world(args) -> tuple[int, int]:

@@ -22,6 +22,7 @@ class ScanOptions:
     memory_snapshot: str | None = None  # .pickle for pytorch.org/memory_viz (CUDA only)
     profile_trace: str | None = None  # chrome-trace .json of the scanned step(s)
     all_ranks: bool = False  # print to stdout on every rank, not only rank 0
+    collectives: str | bool = "auto"  # collective accounting; "auto" = when torch.distributed has >1 rank
     extra: dict = field(default_factory=dict)
 
     @property
@@ -108,8 +109,11 @@ def make_options(
     memory_snapshot: Any = None,
     profile_trace: Any = None,
     all_ranks: bool = False,
+    collectives: Any = "auto",
 ) -> ScanOptions:
     first, last = parse_steps(steps)
+    if collectives not in ("auto", True, False):
+        raise ValueError(f"Scanner(collectives=...): expected 'auto', True or False, got {collectives!r}")
     for name, flag in (("log_to_trainer", log_to_trainer), ("all_ranks", all_ranks)):
         if not isinstance(flag, bool):
             raise ValueError(f"Scanner({name}=...): expected True or False, got {flag!r}")
@@ -122,5 +126,6 @@ def make_options(
         log_to_trainer=log_to_trainer,
         memory_snapshot=snap,
         profile_trace=trace,
+        collectives=collectives,
         all_ranks=all_ranks,
     )

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .collectives import flat_collectives
+
 # Fields of StepReport that are summarised (median + spread) and flattened into `scan_*` metrics.
 TIME_FIELDS = ("time_step", "time_forward", "time_backward", "time_clip", "time_optimizer", "time_other")
 MEM_FIELDS = (
@@ -153,6 +155,7 @@ class ScanReport:
     checkpoint_saves: list = field(default_factory=list)  # [{"step": int, "seconds": float}]
     memory_snapshot: str | None = None
     profile_trace: str | None = None
+    collectives: dict | None = None  # scanner.collectives.summarise_trace() of the scanned step(s)
     versions: dict = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
@@ -204,6 +207,7 @@ class ScanReport:
         out[prefix + "checkpoint_save_time"] = (
             max(c["seconds"] for c in self.checkpoint_saves) if self.checkpoint_saves else None
         )
+        out.update(flat_collectives(self.collectives, prefix + "comm_"))
         return out
 
     def to_text(self) -> str:

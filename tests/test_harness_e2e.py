@@ -100,3 +100,38 @@ def test_timeout_is_recorded_without_orphans(tmp_path):
     assert row["status"] == "timeout"
     leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
+
+
+def test_scan_columns_match_analytic_sizes(first_run):
+    _, _, out, _ = first_run
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    full, lora = frame.loc["fixed-len"], frame.loc["lora"]
+    # fp32 weights: parameters = 4 bytes × every parameter; AdamW = 2 fp32 states per trainable parameter plus
+    # one fp32 `step` scalar per trainable tensor (llama-tiny: 21 tensors; LoRA on q,v of 2 layers: 8 tensors).
+    assert full["scan_mem_params"] == 4 * full["total_parameters"]
+    assert full["scan_mem_optimizer"] == 8 * full["trainable_parameters"] + 4 * 21
+    assert lora["scan_mem_params"] == 4 * lora["total_parameters"]
+    assert lora["scan_mem_optimizer"] == 8 * lora["trainable_parameters"] + 4 * 8
+    for row in (full, lora):
+        phases = sum(row[f"scan_time_{p}"] for p in ("forward", "backward", "clip", "optimizer", "other"))
+        assert phases == pytest.approx(row["scan_time_step"], rel=1e-9)
+        assert row["scan_mem_activations"] > 0 and row["scan_tokens_per_second"] > 0
+    assert (next(out.glob("fixed-len_*")) / "scan.json").is_file()
+
+
+def test_two_process_ddp_on_gloo_merges_ranks_and_counts_all_reduce(tmp_path):
+    fcs = {"ddp": {"min_gpus": 2, "arguments": {"ddp_find_unused_parameters": False}}}
+    scenario = {"name": "ddp", "framework_config": ["ddp"], "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}
+    options = write_inputs(tmp_path, [scenario], framework_configs=fcs)
+    out = tmp_path / "results"
+    proc = benchmark([*options, "--results_output_path", str(out), "--num_gpus_matrix", "2"],
+                     {"cache": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(out / "raw_summary.csv").iloc[0]
+    assert row["status"] == "ok" and row["num_processes"] == 2 and row["distributed_type"] == "MULTI_CPU"
+    assert row["scan_ranks"] == 2
+    # DDP all-reduces exactly the fp32 gradients once per step.
+    assert row["scan_comm_all_reduce_bytes"] == 4 * row["trainable_parameters"]
+    assert row["scan_tokens_per_second"] == pytest.approx(2 * row["scan_tokens_per_second_per_device"])
+    assert row["scan_mem_params"] == row["scan_mem_params_min"] == 4 * row["total_parameters"]
+    assert len(list(next(out.glob("ddp_*")).glob("scan.rank*.json"))) == 2

@@ -53,6 +53,8 @@ def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
     fc = experiment.framework_config
     if experiment.num_gpus < fc.min_gpus:
         return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
+    if experiment.device_type == "cpu" and "fsdp" in experiment.arguments and experiment.arguments["fsdp"]:
+        return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
     return None
@@ -71,7 +73,7 @@ def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
 
 def _clear_previous_attempt(folder: Path) -> None:
     """Only files this harness writes, inside the experiment's own folder, are removed."""
-    for pattern in ("results.json", "error_rank*.json", "scan_rank*.json", "nvidia_smi*.csv"):
+    for pattern in ("results.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv"):
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "trainer_output", ignore_errors=True)

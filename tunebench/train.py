@@ -115,11 +115,12 @@ def hf_memory_columns(metrics: dict[str, Any]) -> dict[str, int | None]:
             "mem_peak_torch_mem_alloc_in_bytes": int(allocated + metrics[keys[3]])}
 
 
-def make_scanner(bench_args, results_dir: Path, rank: int):
+def make_scanner(bench_args, results_dir: Path):
     """The scanner callback (issue B) when memory_logging includes it; each rank writes its own report."""
     from scanner import Scanner
 
-    return Scanner(steps=bench_args.scan_steps, output=str(results_dir / f"scan_rank{rank}.json"))
+    # The scanner suffixes `.rank<r>` itself when there are several ranks.
+    return Scanner(steps=bench_args.scan_steps, output=["stdout", str(results_dir / "scan.json")])
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     with state.main_process_first():  # rank 0 builds the cache, the others then read it
         dataset = prepare_dataset(data_args, tokenizer, sft_config.dataset_text_field or "text", seed=sft_config.seed)
     model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation)
-    callbacks = [make_scanner(bench_args, results_dir, state.process_index)] if "scanner" in memory_logging else []
+    callbacks = [make_scanner(bench_args, results_dir)] if "scanner" in memory_logging else []
     trainer = SFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=build_peft_config(peft_args), callbacks=callbacks)
     counter = TokenCounter()
@@ -183,9 +184,23 @@ def run(argv: list[str]) -> dict[str, Any]:
         row["gpu_name"] = device_name
         row["mem_peak_torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
         row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
-    for callback in callbacks:
-        row.update(callback.flat_metrics())
+    row["distributed_type"] = str(trainer.accelerator.distributed_type).split(".")[-1]
+    if callbacks:
+        row.update(gather_scan_metrics(callbacks[0].flat_metrics()))
     return row if state.is_main_process else {}
+
+
+def gather_scan_metrics(local: dict[str, Any]) -> dict[str, Any]:
+    """Every rank's scan metrics, merged on all ranks (max / min / mean per category, summed throughput)."""
+    import torch.distributed as dist
+
+    from .rank_merge import merge_rank_metrics
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    per_rank: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(per_rank, local)
+    return merge_rank_metrics(per_rank)
 
 
 def _error_class(exc: BaseException) -> str:
@@ -218,7 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     if row and results_json:
         row["entry_wall_seconds"] = time.time() - started
         write_json_atomic(results_json, row)
+    _destroy_process_group()
     return 0
+
+
+def _destroy_process_group() -> None:
+    """Gloo/NCCL threads still alive at interpreter exit can abort the process ("terminate called...")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
