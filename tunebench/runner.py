@@ -131,12 +131,15 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
             rows.append(previous)
             continue
         reason = skip_reason(experiment, len(options.available_gpus))
+        if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
+            row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
+            rows.append({**row, "error_messages": f"would be skipped here: {reason}" if reason else ""})
+            continue
         if reason:
             logger.warning("skipping %s: %s", experiment.folder_name, reason)
             row = {**base_row(experiment), "status": "skipped", "error_messages": reason}
-            if not options.dry_run:
-                folder.mkdir(parents=True, exist_ok=True)
-                results.write_row(folder, row)
+            folder.mkdir(parents=True, exist_ok=True)
+            results.write_row(folder, row)
             rows.append(row)
             continue
         gpu_ids = pool.acquire(experiment.num_gpus) if experiment.device_type == "cuda" else []
