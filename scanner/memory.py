@@ -25,13 +25,20 @@ def allocation_bytes(nbytes: int, device: torch.device) -> int:
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
-    """(data_ptr, nbytes) of the storage backing `t`, or None for storage-less/empty tensors."""
+    """(data_ptr, nbytes) of the storage backing `t`, or None for storage-less/empty tensors.
+
+    A DTensor (FSDP2's sharded parameters, gradients and optimizer state) is a wrapper without storage of its
+    own: what this rank holds is its local shard.
+    """
+    local = getattr(t, "_local_tensor", None)
+    if isinstance(local, torch.Tensor):
+        t = local
     try:
         st = t.untyped_storage()
+        nbytes = st.nbytes()
+        ptr = st.data_ptr()
     except (RuntimeError, NotImplementedError):  # tensor subclasses / meta tensors without a storage
         return None
-    nbytes = st.nbytes()
-    ptr = st.data_ptr()
     if nbytes == 0 or ptr == 0:
         return None
     return ptr, nbytes

@@ -42,6 +42,10 @@ if mode == "fsdp2":
             summary = recorder.stop(torch.distributed.get_world_size())
             rank = torch.distributed.get_rank()
             local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+            from scanner.memory import unique_storage_bytes
+
+            scanned, _ = unique_storage_bytes(model.parameters(), torch.device("cpu"))
+            assert scanned == local, (scanned, local)  # the scanner sees each rank's shard of the DTensors
             (out_dir / f"scan.rank{rank}.json").write_text(json.dumps({"collectives": summary, "local_param_bytes": local}))
     if torch.distributed.get_rank() == 0:
         (out_dir / "expected.json").write_text(json.dumps({
