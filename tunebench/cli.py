@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
     opt("--no_resume", action="store_true", help="re-run experiments that already completed")
     opt("--compare_with", help="reference CSV: compare this run's results with it after the matrix (exit 1 on regression)")
+    opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",
+        help="thresholds for --compare_with, as `benchmark.py compare --threshold` (e.g. throughput=50)")
     opt("--log_level", default="INFO")
     return parser
 
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if options.compare_with:
         from .compare import CompareInputError, compare_paths
         try:
-            outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"))
+            outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"),
+                                    thresholds=options.compare_threshold)
         except CompareInputError as exc:
             print(f"tunebench compare: {exc}", file=sys.stderr)
             return 2

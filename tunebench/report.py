@@ -39,7 +39,7 @@ MEMORY_PANELS = (
     ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (GiB)", GIB),
     ("scan_mem_peak_allocated", "scanner peak allocated (GiB)", GIB),
 )
-TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_optimizer", "scan_time_other")
+TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan_time_optimizer", "scan_time_other")
 # Columns of the experiments table, in order; absent columns are left out.
 SUMMARY_COLUMNS = (
     ("train_nonpad_tokens_per_second", "non-pad tokens/s"),
