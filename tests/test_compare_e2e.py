@@ -6,7 +6,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from harness_fixtures import REPO
 
 pytestmark = pytest.mark.slow
