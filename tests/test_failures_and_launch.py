@@ -95,3 +95,14 @@ def process_alive(pid: int) -> bool:
 
 def test_signal_constant_names():
     assert signal.Signals(9).name == "SIGKILL"
+
+
+def test_killed_rank_is_the_root_cause_not_its_peers_error(tmp_path):
+    (tmp_path / "error_rank0.json").write_text(json.dumps({"status": "error", "rank": 0,
+                                                           "error_messages": "RuntimeError: Connection closed by peer"}))
+    stderr = ("Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : localhost\n"
+              "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 24970)  (SIGKILL)\n  error_file: <N/A>\n")
+    status, message = classify(1, False, stderr, tmp_path)
+    assert status == "error"
+    assert message.startswith("rank 1 was killed by signal SIGKILL")
+    assert "Connection closed by peer" in message

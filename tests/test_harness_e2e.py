@@ -135,3 +135,21 @@ def test_two_process_ddp_on_gloo_merges_ranks_and_counts_all_reduce(tmp_path):
     assert row["scan_tokens_per_second"] == pytest.approx(2 * row["scan_tokens_per_second_per_device"])
     assert row["scan_mem_params"] == row["scan_mem_params_min"] == 4 * row["total_parameters"]
     assert len(list(next(out.glob("ddp_*")).glob("scan.rank*.json"))) == 2
+
+
+@pytest.mark.parametrize("fault,status,marker", [("oom", "oom", "injected by the test"), ("kill", "error", "SIGKILL")])
+def test_failing_rank_gives_a_row_without_hang_or_orphans(tmp_path, fault, status, marker):
+    scenario = {"name": "rankfail", "framework_config": [None],
+                "arguments": {"model_name_or_path": ["preset:llama-tiny"], "max_steps": 100000}}
+    options = write_inputs(tmp_path, [scenario])
+    out = tmp_path / "results"
+    env = {"cache": str(tmp_path / "cache"), "TUNEBENCH_TEST_FAULT": fault, "TUNEBENCH_TEST_FAULT_RANK": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fault"), os.environ.get("PYTHONPATH", "")])}
+    proc = benchmark([*options, "--results_output_path", str(out), "--num_gpus_matrix", "2", "--timeout", "240",
+                      "--memory_logging", "none"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(out / "raw_summary.csv").iloc[0]
+    assert row["status"] == status, row["error_messages"]
+    assert marker in row["error_messages"]
+    assert row["experiment_wall_seconds"] < 200  # the surviving rank did not hang until the timeout
+    assert subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split() == []

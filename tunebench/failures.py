@@ -11,6 +11,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?", re.MULTILINE)
+# torchrun's failure summary names the first rank that failed; a rank killed by a signal leaves no error file.
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 _OOM_MARKERS = ("torch.OutOfMemoryError", "CUDA out of memory", "OutOfMemoryError", "out of memory")
 MAX_ERROR_CHARS = 4000
 
@@ -32,6 +34,18 @@ def last_traceback(stderr_text: str) -> str:
     return "\n".join(block[:end])[-MAX_ERROR_CHARS:]
 
 
+def _killed_rank(stderr_text: str, ranks_with_errors: set) -> str | None:
+    """'rank N was killed by SIGx' when torchrun's root cause is a rank that died by a signal."""
+    match = _ROOT_CAUSE.search(stderr_text)
+    if not match:
+        return None
+    rank, code = int(match.group(1)), int(match.group(2))
+    if code >= 0 or rank in ranks_with_errors:
+        return None
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+    return f"rank {rank} was killed by signal {name} (first observed failure; a host OOM kill shows as SIGKILL)"
+
+
 def is_oom(text: str) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
@@ -46,6 +60,11 @@ def classify(returncode: int | None, timed_out: bool, stderr_text: str, folder: 
             continue
     if timed_out:
         return "timeout", "experiment exceeded its timeout and was killed\n" + last_traceback(stderr_text)[-1000:]
+    killed = _killed_rank(stderr_text, {e.get("rank") for e in rank_errors})
+    if killed and not any(e.get("status") == "oom" for e in rank_errors):
+        # The killed rank is the cause; the others' errors (a peer vanished) are its consequence.
+        consequence = f"\n[rank{rank_errors[0].get('rank', 0)}] then: " + rank_errors[0].get("error_messages", "")[-1500:] if rank_errors else ""
+        return "error", killed + consequence
     if rank_errors:
         first = next((e for e in rank_errors if e.get("status") == "oom"), rank_errors[0])
         return first.get("status", "error"), f"[rank{first.get('rank', 0)}] " + first.get("error_messages", "")
