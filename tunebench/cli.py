@@ -12,9 +12,9 @@ from transformers.hf_argparser import string_to_bool
 
 from . import results
 from .config import load_defaults, load_framework_configs, load_scenarios
-from .environment import gpu_inventory
 from .errors import InputError, InputProblem
 from .expansion import Matrices, expand
+from .gpu_telemetry import query_gpus
 from .runner import RunOptions, run_matrix
 from .validation import Sources, validate
 
@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--log_memory_hf", action="store_true", help="HF memory metrics (skip_memory_metrics=False; ~4%% slower)")
     opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"),
         help="comma list: scanner, huggingface, nvidia, all, none (env MEMORY_LOGGING; default scanner)")
-    opt("--nvidia_smi_loop_ms", type=int, default=100)
+    opt("--nvidia_smi_loop_ms", "--loop_ms", type=int, default=100, help="sidecar poll period in ms")
+    opt("--nvidia_smi_backend", choices=["nvidia-smi", "nvml"], default="nvidia-smi",
+        help="sidecar poller: the nvidia-smi CLI or NVML (nvidia-ml-py) in a separate process")
     opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="auto: cuda if nvidia-smi lists GPUs")
     opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
     opt("--no_resume", action="store_true", help="re-run experiments that already completed")
@@ -95,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 def plan(options: argparse.Namespace):
     """Load, expand and validate; raises InputError with every problem found."""
     problems: list[InputProblem] = []
-    gpus = gpu_inventory() if options.device in ("auto", "cuda") else []
+    gpus = query_gpus() if options.device in ("auto", "cuda") else []
     device_type = "cuda" if options.device == "cuda" or (options.device == "auto" and gpus) else "cpu"
     scenarios_path = options.scenarios_config_path or str(REPO_ROOT / ("scenarios.yaml" if device_type == "cuda" else CPU_SCENARIOS))
     if not options.scenarios_config_path and device_type == "cpu":
@@ -152,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         if options.preload_models:
             from .preparation import preload_models
             preload_models(experiments)
-        if not options.dry_run and not options.no_data_processing:
+        if not options.dry_run:
             from .preparation import preprocess_data
-            preprocess_data(experiments)
+            preprocess_data(experiments, build=not options.no_data_processing)
     except InputError as exc:
         print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
         for problem in exc.problems:
@@ -165,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     run_options = RunOptions(
         output_dir=output_dir, accelerate_config_path=options.accelerate_config, timeout_seconds=options.timeout,
-        dry_run=options.dry_run, resume=not options.no_resume, available_gpus=[int(g["index"]) for g in gpus],
-        log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms, extra_env=extra_env,
+        dry_run=options.dry_run, resume=not options.no_resume, available_gpus=list(range(len(gpus))),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
+        log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms,
+        nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env,
     )
     try:
         rows = run_matrix(experiments, run_options)

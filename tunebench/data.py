@@ -81,7 +81,8 @@ def _tokenize_rows(raw, tokenizer, text_field: str, max_len: int):
     def tokenize(row):
         if "messages" in row and row["messages"] is not None:
             ids = tokenizer.apply_chat_template(row["messages"], tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # a BatchEncoding in transformers 5
+            ids = list(ids)
         else:
             ids = tokenizer(row[text_field])["input_ids"] + [tokenizer.eos_token_id]
         return {"input_ids": ids[:max_len]}

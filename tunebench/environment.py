@@ -39,33 +39,16 @@ def git_sha() -> str | None:
         return None
 
 
-def gpu_inventory() -> list[dict[str, str]]:
-    """GPUs as nvidia-smi lists them (PCI order); [] without nvidia-smi. No CUDA initialisation here."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as exc:
-        logger.warning("nvidia-smi failed (%s); treating this machine as having no GPU", exc)
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4 and parts[0].isdigit():
-            gpus.append({"index": parts[0], "name": parts[1], "driver_version": parts[2], "memory_total_mib": parts[3]})
-    return gpus
+def environment_columns(device_type: str, gpus: list | None = None) -> dict[str, object]:
+    """Environment columns; `gpus` as `gpu_telemetry.query_gpus()` returns them (queried when None)."""
+    from .gpu_telemetry import query_gpus
 
-
-def environment_columns(device_type: str, gpus: list[dict[str, str]] | None = None) -> dict[str, object]:
-    gpus = gpu_inventory() if gpus is None else gpus
+    gpus = query_gpus() if gpus is None else gpus
     return {
         "device_type": device_type,
-        "gpu_name": gpus[0]["name"] if gpus and device_type == "cuda" else None,
+        "gpu_name": gpus[0].name if gpus and device_type == "cuda" else None,
         "gpu_count": len(gpus),
-        "driver_version": gpus[0]["driver_version"] if gpus else None,
+        "driver_version": gpus[0].driver_version if gpus else None,
         **package_versions(),
         "tunebench_git_sha": git_sha(),
     }

@@ -29,14 +29,19 @@ def preload_models(experiments: list[Experiment]) -> None:
         raise InputError(problems)
 
 
-def preprocess_data(experiments: list[Experiment]) -> None:
-    """Tokenise each distinct (dataset, tokenizer, template) once, in this process, before any launch."""
-    from .data import cache_key, prepare_dataset
+def preprocess_data(experiments: list[Experiment], build: bool = True) -> None:
+    """Tokenise each distinct (dataset, tokenizer, template) once, in this process, before any launch.
+
+    With `build=False` (`--no_data_processing`) nothing is built: a missing cache entry is an input error,
+    reported before anything launches.
+    """
+    from .data import cache_key, default_cache_dir, prepare_dataset
     from .models import build_tokenizer
 
     parser = StrictArgumentParser()
     done: set[str] = set()
     tokenizers: dict[str, object] = {}
+    problems: list[InputProblem] = []
     for experiment in experiments:
         parsed = parser.parse_argv(to_argv(entry_arguments(experiment, Path("/nonexistent"))))
         model_args, data_args, training = parsed[0], parsed[1], parsed[4]
@@ -46,9 +51,18 @@ def preprocess_data(experiments: list[Experiment]) -> None:
         key = cache_key(data_args, tokenizer, text_field, training.seed)
         if key in done:
             continue
+        done.add(key)
+        if not build:
+            if not (default_cache_dir() / key / "dataset_info.json").is_file():
+                problems.append(InputProblem(
+                    "--no_data_processing", f"scenario {experiment.scenario!r}",
+                    f"no preprocessed data for {data_args.training_data_path!r} with {name} in {default_cache_dir()}",
+                    "run once without --no_data_processing to build the cache"))
+            continue
         try:
             prepare_dataset(data_args, tokenizer, text_field, seed=training.seed)
         except Exception as exc:  # a bad data file is input error: report it before launching anything
-            raise InputError([InputProblem("data", data_args.training_data_path, f"preprocessing failed: {exc}",
-                                           "check the file's format and its text field")]) from exc
-        done.add(key)
+            problems.append(InputProblem("data", data_args.training_data_path, f"preprocessing failed: {exc}",
+                                         "check the file's format and its text field"))
+    if problems:
+        raise InputError(problems)

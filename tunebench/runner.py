@@ -30,6 +30,7 @@ class RunOptions:
     available_gpus: list[int] = field(default_factory=list)
     log_nvidia_smi: bool = False
     nvidia_smi_loop_ms: int = 100
+    nvidia_smi_backend: str = "nvidia-smi"
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -85,8 +86,12 @@ def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: 
     from .gpu_telemetry import query_gpus, resolve_visible_gpus
     from .sidecar import NvidiaSmiSidecar
 
-    gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())
-    return NvidiaSmiSidecar(gpus, folder, loop_ms=options.nvidia_smi_loop_ms)
+    try:
+        gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())
+    except ValueError as exc:  # the sidecar is an observer: it never stops the matrix
+        logger.warning("nvidia-smi sidecar disabled for %s: %s", folder.name, exc)
+        return contextlib.nullcontext(None)
+    return NvidiaSmiSidecar(gpus, folder, loop_ms=options.nvidia_smi_loop_ms, backend=options.nvidia_smi_backend)
 
 
 def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
