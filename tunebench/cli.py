@@ -24,11 +24,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CPU_SCENARIOS = "scenarios-cpu.yaml"
 
 
-def _numbers(values: list[str] | None, option: str, problems: list[InputProblem]) -> list[int] | None:
+def _split(values: list[str]) -> list[str]:
     """Matrices accept `--opt 1 2`, `--opt "1 2"` and `--opt 1,2` (the shell script passes one string)."""
+    return [v for value in values for v in value.replace(",", " ").split()]
+
+
+def _numbers(values: list[str] | None, option: str, problems: list[InputProblem]) -> list[int] | None:
     if values is None:
         return None
-    items = [v for value in values for v in value.replace(",", " ").split()]
+    items = _split(values)
     try:
         numbers = [int(v) for v in items]
     except ValueError:
@@ -45,7 +49,7 @@ def _numbers(values: list[str] | None, option: str, problems: list[InputProblem]
 def _booleans(values: list[str] | None, problems: list[InputProblem]) -> list[bool] | None:
     if values is None:
         return None
-    items = [v for value in values for v in value.replace(",", " ").split()]
+    items = _split(values)
     try:
         return [string_to_bool(v) for v in items]
     except Exception:  # string_to_bool raises ArgumentTypeError with the accepted spellings
@@ -122,7 +126,7 @@ def plan(options: argparse.Namespace):
         raise InputError(problems)
     selected = scenario_file.scenarios
     if options.run_only_scenarios:
-        wanted = [n for v in options.run_only_scenarios for n in v.replace(",", " ").split()]
+        wanted = _split(options.run_only_scenarios)
         names = {s.name for s in selected}
         for name in wanted:
             if name not in names:
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         return 2
     output_dir = Path(options.results_output_path)
-    print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/")
+    print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     run_options = RunOptions(
         output_dir=output_dir, accelerate_config_path=options.accelerate_config, timeout_seconds=options.timeout,

@@ -12,7 +12,6 @@ import fnmatch
 import logging
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,13 +20,12 @@ import pandas as pd
 
 from tunebench import compare_rules as rules
 from tunebench.compare_rules import canonical, experiment_labels, first_error_line, judge
+from tunebench.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
 OK = "ok"
 SKIPPED = "skipped"
-_UMASK = os.umask(0)
-os.umask(_UMASK)  # reading the umask requires setting it; restored at once (import time, single-threaded)
 
 
 class CompareInputError(ValueError):
@@ -317,38 +315,23 @@ def compare_frames(
 
 
 # ----------------------------------------------------------------------------------------------- outputs
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write via a temp file in the same directory + os.replace, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs are meant to be shared like any file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_outputs(result: CompareResult, out_dir: Path, charts: bool = True) -> list[Path]:
     """outliers.csv, comparison.csv, summary.md and (optionally) the PNG charts, all written atomically."""
     files = []
     for name, frame in (("outliers.csv", result.outliers), ("comparison.csv", result.comparison)):
-        atomic_write(out_dir / name, frame.to_csv(index=False))
+        write_atomic(out_dir / name, frame.to_csv(index=False))
         files.append(out_dir / name)
     if charts and not result.comparison.empty:
         from tunebench import charts as ch  # matplotlib is imported only when charts are wanted
 
         for name, png in ch.comparison_charts(result.comparison).items():
-            atomic_write(out_dir / name, png)
+            write_atomic(out_dir / name, png)
             files.append(out_dir / name)
     from tunebench.report import render_markdown  # report.py holds all rendering and imports this module
 
     result.files = files + [out_dir / "summary.md"]
     result.markdown = render_markdown(result)
-    atomic_write(out_dir / "summary.md", result.markdown)
+    write_atomic(out_dir / "summary.md", result.markdown)
     return result.files
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 from tunebench import charts
 from tunebench import compare as cmp
 from tunebench import compare_rules as rules
+from tunebench.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +53,7 @@ SUMMARY_COLUMNS = (
 )
 LABEL_KEYS = rules.DEFAULT_KEYS
 # Scaling/batch curves join points that share every one of these columns except those the x axis moves.
-CURVE_KEYS = (
-    "scenario",
-    "framework_config",
-    "peft_method",
-    "model_name_or_path",
-    "num_gpus",
-    "per_device_train_batch_size",
-    "max_seq_len",
-    "gpu_name",
-)
+CURVE_KEYS = rules.DEFAULT_KEYS
 
 
 # ------------------------------------------------------------------------------------------- markdown
@@ -410,7 +402,7 @@ def write_report(
     ref = cmp.load_csv(reference, "reference") if reference is not None else None
     page = build_report(df, str(csv), ref)
     path = Path(out) if out is not None else csv.parent / "report.html"
-    cmp.atomic_write(path, page)
+    write_atomic(path, page)
     return path
 
 

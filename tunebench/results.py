@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from .fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -29,13 +30,6 @@ _NOT_CONFIG_PREFIXES = ("train_", "mem_", "scan_", "nvidia_", "energy_", "mfu", 
                         "entry_", "trainable_", "total_", "num_processes", "experiment_id", "gpu_", "driver_",
                         "tunebench_git", "output_dir", "results_json")
 _VERSION_SUFFIX = "_version"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def write_row(folder: Path, row: dict[str, Any]) -> None:
@@ -112,6 +106,7 @@ def summary_table(frame: pd.DataFrame) -> str:
 
     view["tok/s"] = column("train_nonpad_tokens_per_second")
     view["mfu %"] = column("mfu", 0.01)
-    view["peak GiB"] = column("scan_mem_peak_allocated", 2**30, "{:.2f}")
+    view["gpu peak GiB"] = column("scan_mem_peak_allocated", 2**30, "{:.2f}")
+    view["host RSS GiB"] = column("mem_peak_host_rss_bytes", 2**30, "{:.2f}")
     view["loss"] = column("train_loss", fmt="{:.3f}")
     return view.to_string(index=False)

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from . import results
 from .expansion import Experiment
 from .failures import classify
+from .fileio import write_atomic
 from .launch import build_launch, command_script, run_process
 
 logger = logging.getLogger(__name__)
@@ -98,9 +99,9 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
     folder = options.output_dir / experiment.folder_name
     folder.mkdir(parents=True, exist_ok=True)
     spec = build_launch(experiment, folder, gpu_ids, options.accelerate_config_path, options.extra_env)
-    results.write_atomic(folder / "command.sh", command_script(spec))
+    write_atomic(folder / "command.sh", command_script(spec))
     (folder / "command.sh").chmod(0o755)
-    results.write_atomic(folder / "config.json", json.dumps({
+    write_atomic(folder / "config.json", json.dumps({
         **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
         "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
     row = base_row(experiment)

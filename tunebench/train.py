@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .fileio import write_atomic
 from .train_args import StrictArgumentParser
 
 logger = logging.getLogger(__name__)
@@ -30,11 +31,7 @@ def parse_memory_logging(value: str) -> set[str]:
 
 
 def write_json_atomic(path: str | Path, payload: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
 class TokenCounter:
