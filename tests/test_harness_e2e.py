@@ -153,3 +153,26 @@ def test_failing_rank_gives_a_row_without_hang_or_orphans(tmp_path, fault, statu
     assert marker in row["error_messages"]
     assert row["experiment_wall_seconds"] < 200  # the surviving rank did not hang until the timeout
     assert subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split() == []
+
+
+def test_ctrl_c_stops_the_running_experiment_and_keeps_finished_rows(tmp_path):
+    import signal
+    import time
+
+    scenarios = [tiny_scenario("quick"), tiny_scenario("endless", max_steps=100000)]
+    options = write_inputs(tmp_path, scenarios)
+    out = tmp_path / "results"
+    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmark.py"), *options, "--results_output_path", str(out),
+                             "--memory_logging", "none"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("endless_*/stdout.log")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)  # the endless experiment is now training
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    frame = pd.read_csv(out / "raw_summary.csv")
+    assert list(frame["scenario"]) == ["quick"] and frame.loc[0, "status"] == "ok"
+    assert subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split() == []

@@ -154,4 +154,6 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
         finally:
             pool.release(gpu_ids or [])
         logger.info("%s: %s", experiment.folder_name, rows[-1]["status"])
+        # Keep the CSVs current: a long matrix that is interrupted still leaves every finished row behind.
+        results.write_summaries(options.output_dir, rows)
     return rows
