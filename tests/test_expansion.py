@@ -91,3 +91,13 @@ def test_unknown_framework_config_named():
     experiments, problems = run_expand([Scenario("s", ["nope"], {"model_name_or_path": ["preset:llama-tiny"]})])
     assert not experiments
     assert "unknown framework config 'nope'" in problems[0].message and "gc" in problems[0].fix
+
+
+def test_identity_follows_local_data_file_changes(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "a"}\n')
+    scenario = Scenario("s", [None], {"model_name_or_path": ["preset:llama-tiny"], "training_data_path": str(data)})
+    before = run_expand([scenario])[0][0].experiment_id
+    assert run_expand([scenario])[0][0].experiment_id == before
+    data.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert run_expand([scenario])[0][0].experiment_id != before  # stale results are never reused

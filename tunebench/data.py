@@ -38,7 +38,7 @@ def synthetic_lengths(num_samples: int, max_len: int, min_len: int, distribution
     return [int(x) for x in lengths]
 
 
-def _dataset_fingerprint(data_path: str) -> dict[str, Any]:
+def dataset_fingerprint(data_path: str) -> dict[str, Any]:
     if data_path == "synthetic":
         return {"kind": "synthetic"}
     path = Path(data_path)
@@ -52,7 +52,7 @@ def cache_key(data_args, tokenizer, text_field: str, seed: int) -> str:
     """(dataset, tokenizer, template, preprocessing options) → key. Any change means a new cache entry."""
     payload = {
         "version": CACHE_VERSION,
-        "dataset": _dataset_fingerprint(data_args.training_data_path),
+        "dataset": dataset_fingerprint(data_args.training_data_path),
         "tokenizer": getattr(tokenizer, "name_or_path", ""),
         "vocab_size": len(tokenizer),
         "template": getattr(tokenizer, "chat_template", None),

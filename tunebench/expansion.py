@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BASELINE, FrameworkConfig, Scenario
+from .data import dataset_fingerprint
 from .errors import InputProblem
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class Experiment:
             "device_type": self.device_type,
             "arguments": self.arguments,
             "accelerate_config": self.accelerate_config if self.num_gpus > 1 else {},
+            # A local data file is identified by its size and mtime too: new data means a new experiment.
+            "data": dataset_fingerprint(str(self.arguments.get("training_data_path", "synthetic"))),
         }
         blob = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
