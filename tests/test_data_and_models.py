@@ -71,3 +71,14 @@ def test_experiments_needing_absent_gpus_are_skipped_with_reason():
     fsdp = Experiment("s", FrameworkConfig("fsdp2", {"fsdp": "full_shard"}, min_gpus=2), 1, "cuda",
                       {"model_name_or_path": "preset:llama-tiny", "fsdp": "full_shard"})
     assert "needs at least 2 processes" in skip_reason(fsdp, available_gpus=8)
+
+
+def test_presets_initialise_on_the_host_without_cuda_or_when_asked():
+    from types import SimpleNamespace
+
+    from tunebench.train import preset_init_device
+
+    state = SimpleNamespace(local_process_index=1)
+    training = SimpleNamespace(use_cpu=False, fsdp="", fsdp_config={})
+    assert preset_init_device(SimpleNamespace(preset_init_device="auto"), training, state) == "cpu"  # no CUDA here
+    assert preset_init_device(SimpleNamespace(preset_init_device="cpu"), training, state) == "cpu"

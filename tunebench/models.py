@@ -147,8 +147,9 @@ def build_tokenizer(model_name_or_path: str):
     return tokenizer
 
 
-def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None):
-    """Instantiate the causal-LM: random init for presets, pretrained weights otherwise."""
+def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None,
+               init_device: str = "cpu"):
+    """Instantiate the causal-LM: random init for presets (on `init_device`), pretrained weights otherwise."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -160,8 +161,10 @@ def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implemen
         if dtype == "auto":
             dtype = torch.float32
         # Initialise directly in the target dtype (no fp32 copy first): an 8B preset would otherwise need
-        # 32 GB of host memory before the cast.
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+        # 32 GB of host memory before the cast. On a GPU the random init takes seconds instead of minutes of
+        # host time per rank (which timed out 8B runs on 4 GPUs).
+        with torch.device(init_device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
         logger.info("built preset %s with random weights (%s)", model_name_or_path, dtype)
         return model
     return AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype, **kwargs)

@@ -140,7 +140,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     tokenizer = build_tokenizer(model_args.model_name_or_path)
     with state.main_process_first():  # rank 0 builds the cache, the others then read it
         dataset = prepare_dataset(data_args, tokenizer, sft_config.dataset_text_field or "text", seed=sft_config.seed)
-    model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation)
+    model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
+                       init_device=preset_init_device(model_args, sft_config, state))
     callbacks = [make_scanner(bench_args, results_dir)] if "scanner" in memory_logging else []
     trainer = SFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=build_peft_config(peft_args), callbacks=callbacks)
@@ -198,6 +199,16 @@ def gather_scan_metrics(local: dict[str, Any]) -> dict[str, Any]:
     per_rank: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
     dist.all_gather_object(per_rank, local)
     return merge_rank_metrics(per_rank)
+
+
+def preset_init_device(model_args, sft_config, state) -> str:
+    """This rank's GPU for presets trained on CUDA, unless FSDP offloads to the host or the user said cpu."""
+    import torch
+
+    offload = "offload" in str(sft_config.fsdp) or bool((sft_config.fsdp_config or {}).get("cpu_offload"))
+    if model_args.preset_init_device == "cpu" or sft_config.use_cpu or offload or not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{state.local_process_index}"
 
 
 def _error_class(exc: BaseException) -> str:

@@ -16,6 +16,11 @@ class ModelArguments:
         default="float32", metadata={"help": "dtype the weights are created in", "choices": ["auto", "float32", "bfloat16", "float16"]}
     )
     attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
+    preset_init_device: str = field(
+        default="auto",
+        metadata={"help": "where presets are randomly initialised: auto (this rank's GPU when training on CUDA "
+                  "without FSDP CPU offload, else the host) or cpu", "choices": ["auto", "cpu"]},
+    )
 
 
 @dataclass
