@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from .memory import (
     storage_key,
     unique_storage_bytes,
 )
+from .record import StepRecord, flat_tensors, model_device, unwrap_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -32,56 +32,6 @@ OTHER, FORWARD, BACKWARD, AFTER_BACKWARD, CLIP, OPTIMIZER = (
     "clip",
     "optimizer",
 )
-
-
-def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
-    """The real torch optimizer behind accelerate's AcceleratedOptimizer (or similar wrappers).
-
-    AcceleratedOptimizer subclasses torch.optim.Optimizer without initialising it, so follow `.optimizer`
-    as long as there is one rather than stopping at the first Optimizer instance.
-    """
-    for _ in range(8):
-        inner = getattr(optimizer, "optimizer", None)
-        if inner is None or inner is optimizer:
-            break
-        optimizer = inner
-    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        if p.device.type != "meta":
-            return p.device
-    return torch.device("cpu")
-
-
-@dataclass
-class StepRecord:
-    """Raw observations of one step; clock marks are resolved into seconds after the single sync."""
-
-    step: int
-    start: Any
-    end: Any = None
-    forward: list = field(default_factory=list)  # [start_mark, end_mark] per top-level forward
-    backward: list = field(default_factory=list)  # [start_mark, end_mark] per backward pass
-    optimizer: list = field(default_factory=list)  # [start_mark, end_mark] per optimizer.step()
-    clip_start: Any = None  # end of the last backward before the optimizer step
-    micro_batches: int = 0
-    tokens: int = 0
-    nonpad: list = field(default_factory=list)  # ints or 0-dim device tensors (summed lazily: no sync)
-    peak: int = -1
-    peak_phase: str | None = None
-    peak_activations: int = 0
-    peak_grads: int = 0
-    peak_optimizer: int = 0
-    phase_peaks: dict = field(default_factory=dict)
-    peak_reserved: int = 0
-    activations_max: int = 0
-    grads_end: int = 0
-    optimizer_bytes: int = 0
-    boundaries: list = field(default_factory=list)
-    stats_start: dict | None = None
-    stats_end: dict | None = None
 
 
 class _Saved:
@@ -104,7 +54,7 @@ class StepProbe:
     def __init__(self, model: torch.nn.Module, optimizer: Any):
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
-        self.device = _model_device(model)
+        self.device = model_device(model)
         self.clock = make_clock(self.device)
         self.alloc = CudaAllocator(self.device) if self.device.type == "cuda" else None
         self._handles: list = []
@@ -380,7 +330,7 @@ class StepProbe:
         if self._phase == FORWARD:
             # The checkpoint keeps these inputs alive until the layer's backward, outside any saved-tensor
             # hook we can see; count them as activations until the tensors die.
-            for t in _flat_tensors(args, kwargs):
+            for t in flat_tensors(args, kwargs):
                 key = storage_key(t) if t.device == self.device else None
                 if key is None or key[0] in self._excluded:
                     continue
@@ -462,11 +412,3 @@ class StepProbe:
         self._boundary("optimizer_end")
         self._opt_bytes = rec.optimizer_bytes = self._optimizer_bytes()  # lazy state appears at step 1
         self._phase = OTHER
-
-
-def _flat_tensors(args, kwargs):
-    for v in (*args, *kwargs.values()):
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, (tuple, list)):
-            yield from (x for x in v if isinstance(x, torch.Tensor))

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from scanner import Scanner  # noqa: E402
-from scanner.probe import unwrap_optimizer  # noqa: E402
+from scanner.record import unwrap_optimizer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
