@@ -70,3 +70,12 @@ def test_dry_run_writes_command_sh_and_runs_nothing(tmp_path, capsys):
     # On CPU two processes go through torchrun (gloo); on GPUs through `accelerate launch`.
     two = [f for f in folders if "torch.distributed.run" in (f / "command.sh").read_text()]
     assert len(two) == 1 and "--nproc_per_node 2" in (two[0] / "command.sh").read_text()
+
+
+def test_readme_gpu_matrix_validates_on_the_cpu_scenario_set(tmp_path):
+    # `tox -e run-benches -- "1 2" "4 8" results` on a machine without GPUs: the CPU set must accept it.
+    out = tmp_path / "out"
+    code = cli.main(["--device", "cpu", "--num_gpus_matrix", "1 2", "--effective_batch_size_matrix", "4 8",
+                     "--results_output_path", str(out), "--dry_run"])
+    assert code == 0
+    assert len([p for p in out.iterdir() if p.is_dir()]) == 2 * 2 * 2 * 2  # scenarios × configs × GPUs × batches

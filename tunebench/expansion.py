@@ -166,9 +166,11 @@ def expand(
                 if ebs is not None:
                     split = split_batch(ebs, num_gpus, args)
                     if isinstance(split, str):
-                        problems.append(InputProblem("command line", "--effective_batch_size_matrix",
-                                                     f"scenario {scenario.name!r}: {split}",
-                                                     "choose an effective batch divisible by that number"))
+                        problem = InputProblem("command line", "--effective_batch_size_matrix",
+                                               f"scenario {scenario.name!r}: {split}",
+                                               "choose an effective batch divisible by that number")
+                        if problem not in problems:  # one message per scenario, not per framework config
+                            problems.append(problem)
                         continue
                     args["per_device_train_batch_size"], args["gradient_accumulation_steps"] = split
                 else:
