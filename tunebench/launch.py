@@ -128,7 +128,6 @@ def command_script(spec: LaunchSpec) -> str:
 class ProcessOutcome:
     returncode: int | None
     timed_out: bool
-    interrupted: bool
     wall_seconds: float
 
 
@@ -184,11 +183,11 @@ def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_
             returncode = proc.wait(timeout=timeout_seconds)
             # Ranks can outlive a launcher that exited early; reap the group either way.
             kill_process_group(proc, grace_seconds=2.0)
-            return ProcessOutcome(returncode, False, False, time.monotonic() - start)
+            return ProcessOutcome(returncode, False, time.monotonic() - start)
         except subprocess.TimeoutExpired:
             logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
             kill_process_group(proc)
-            return ProcessOutcome(proc.returncode, True, False, time.monotonic() - start)
+            return ProcessOutcome(proc.returncode, True, time.monotonic() - start)
         except KeyboardInterrupt:
             kill_process_group(proc, grace_seconds=3.0)
             raise
