@@ -153,8 +153,8 @@ class Scanner(TrainerCallback):
     def _maybe_arm(self, state, model, optimizer) -> None:
         if state.global_step + 1 != self.options.first_step or model is None:
             return
-        self._probe = StepProbe(model, optimizer)
-        self._start_extras(self._probe.device)
+        self._probe = StepProbe(model, optimizer, keep_stacks=bool(self.options.memory_snapshot))
+        self._start_extras(self._probe)
         self._probe.begin_step(self.options.first_step)
 
     def _abandon(self, why: str) -> None:
@@ -164,8 +164,16 @@ class Scanner(TrainerCallback):
 
     def _finish(self, args, state) -> None:
         probe = self._probe
+        snapshot_by_probe = None
         try:
             probe.clock.synchronize()  # the only host sync of the scan: resolves every event at once
+            if probe.trace is not None:
+                # the probe's allocator history doubles as the memory_viz snapshot when one is asked for
+                snapshot_by_probe = self.options.memory_snapshot or None
+                if snapshot_by_probe:
+                    _atomic_via_tmp(snapshot_by_probe, lambda tmp: probe.resolve(self._records, tmp))
+                else:
+                    probe.resolve(self._records)
             rss, nvml = host_rss(), device_memory_used(probe.device)
             steps = [build_step_report(r, probe, rss, nvml) for r in self._records]
         finally:
@@ -175,6 +183,7 @@ class Scanner(TrainerCallback):
         collectives = self._collectives.stop(world) if self._collectives is not None else None
         self._collectives = None
         snapshot, trace = self._stop_extras(write=True)
+        snapshot = snapshot or snapshot_by_probe
         if collectives is not None and self.options.profile_trace:
             trace = self.options.profile_trace
         self.report = ScanReport(
@@ -222,8 +231,9 @@ class Scanner(TrainerCallback):
         else:
             state.log_history.append({**logs, "step": state.global_step})
 
-    def _start_extras(self, device: torch.device) -> None:
-        if self.options.memory_snapshot:
+    def _start_extras(self, probe: StepProbe) -> None:
+        device = probe.device
+        if self.options.memory_snapshot and probe.trace is None:
             if device.type == "cuda":
                 torch.cuda.memory._record_memory_history(max_entries=200_000)
                 self._recording_history = True

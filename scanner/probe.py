@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .alloc_trace import PEAK_TOLERANCE, AllocatorTrace, replay, resolve_phases, step_peak
+from .alloc_trace import available as trace_available
 from .clock import make_clock
 from .memory import (
     CudaAllocator,
@@ -49,14 +51,29 @@ class _Saved:
 
 
 class StepProbe:
-    """Installs every hook for a scanned step range and removes all of them in `remove()`."""
+    """Installs every hook for a scanned step range and removes all of them in `remove()`.
 
-    def __init__(self, model: torch.nn.Module, optimizer: Any):
+    On CUDA the categories are attributed to the allocator's peak in one of two ways. Preferred (torch with
+    allocator metadata): every hook event only appends the category totals to `_states` and tags the
+    allocator's history with the state's index; the peak instant is located exactly after the scan, by
+    replaying the history (`resolve`). Fallback: read the allocator's peak counter at every event (exact at
+    event granularity, but each read costs tens of microseconds).
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any, keep_stacks: bool = False):
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
         self.device = model_device(model)
         self.clock = make_clock(self.device)
         self.alloc = CudaAllocator(self.device) if self.device.type == "cuda" else None
+        self.trace = AllocatorTrace(self.device, keep_stacks) if trace_available(self.device) else None
+        # Per tag: (phase, saved bytes, grad bytes, optimizer bytes, recompute base tag, recompute upto tag,
+        # claims_previous). claims_previous: the event added memory allocated just before it (a saved tensor,
+        # a grad), so the interval that ended at the event is attributed to the state after it.
+        self._states: list[tuple] = []
+        self._grads_total = 0
+        self._rc_base: int | None = None
+        self._rc_upto: int | None = None
         self._handles: list = []
         self._rec: StepRecord | None = None
         self._phase = OTHER
@@ -80,6 +97,7 @@ class StepProbe:
         )
         self._excluded = param_ptrs | buffer_ptrs
         self._opt_bytes = self._optimizer_bytes()
+        self._opt_state_count = len(self.optimizer.state) if self.optimizer is not None else 0
         self._install()
 
     # ---------------------------------------------------------------- install / remove
@@ -110,6 +128,8 @@ class StepProbe:
     def remove(self) -> None:
         """Remove every hook; idempotent, safe mid-step (used on errors and at train end)."""
         self._pop_saved_ctx()
+        if self.trace is not None:
+            self.trace.abandon()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -122,15 +142,17 @@ class StepProbe:
     # ---------------------------------------------------------------- step boundaries
     def begin_step(self, step: int, start_mark: Any = None) -> None:
         """Open the record of `step`; its window starts at `start_mark` (default: now)."""
+        if self.trace is not None and not self.trace.recording:
+            self.trace.start()
         if self.alloc is not None:
             self.alloc.reset_peak()
         rec = StepRecord(step=step, start=start_mark if start_mark is not None else self.clock.mark())
-        rec.stats_start = self._stats()
-        self._grads = self._current_grads()
+        self._set_grads(self._current_grads())
         rec.optimizer_bytes = self._opt_bytes
         self._rec = rec
-        self._phase = OTHER
-        self._boundary("step_start")
+        self._boundary("step_start", OTHER)
+        rec.first_tag = len(self._states) - 1
+        rec.stats_start = self._stats()  # after the first tag: its start value is this `allocated`
 
     def restart(self, start_mark: Any) -> None:
         """Move the window start of the open record (e.g. to on_epoch_begin), keeping nothing else."""
@@ -141,14 +163,53 @@ class StepProbe:
         """Close the open record; returns it and the end mark (the next step's window start)."""
         rec = self._rec
         rec.end = self.clock.mark()
-        self._phase = OTHER  # zero_grad, scheduler, callbacks (or a skipped optimizer step)
-        self._boundary("step_end")
-        self._grads = self._current_grads()  # zero_grad(set_to_none) has run by now
-        rec.grads_end = sum(self._grads.values())
+        # zero_grad, scheduler, callbacks (or a skipped optimizer step) are "other"
+        self._boundary("step_end", OTHER)
+        rec.end_tag = len(self._states) - 1
+        self._set_grads(self._current_grads())  # zero_grad(set_to_none) has run by now
+        rec.grads_end = self._grads_total
         rec.stats_end = self._stats()
         rec.activations_max = max(rec.activations_max, self._saved.max_total)
         self._rec = None
         return rec, rec.end
+
+    def resolve(self, records: list[StepRecord], snapshot_path: str | None = None) -> None:
+        """Locate each record's allocator peak in the tagged history (trace mode; after the end-of-scan sync).
+
+        Fills the peak fields of every record and checks the replayed peak against the allocator's own
+        peak counter; on a mismatch the counter wins and the attribution is flagged in the log.
+        """
+        if self.trace is None or not records:
+            return
+        entries = self.trace.stop(snapshot_path)
+        first = records[0]
+        start = first.stats_start["allocated_bytes"]["all"]["current"]
+        rep = replay(entries, start, first.first_tag, len(self._states) - 1)
+        phases = resolve_phases(self._states, AFTER_BACKWARD, CLIP, OPTIMIZER, OTHER)
+        for rec in records:
+            sp = step_peak(self._states, phases, rep, rec.first_tag, rec.end_tag)
+            counter = rec.stats_end["allocated_bytes"]["all"]["peak"]
+            rec.peak_reserved = rec.stats_end["reserved_bytes"]["all"]["peak"]
+            rec.peak, rec.peak_phase = sp.peak, sp.phase
+            rec.peak_activations, rec.peak_grads, rec.peak_optimizer = sp.activations, sp.grads, sp.optimizer
+            rec.phase_peaks = sp.phase_peaks
+            rec.activations_max = max(rec.activations_max, sp.activations_max)
+            for snap in rec.boundaries:
+                tag = snap.pop("tag", None)
+                if tag in sp.allocated_at:
+                    snap["allocated"] = sp.allocated_at[tag]
+                    # the categories just before the boundary (the last state of the interval it closes)
+                    snap["activations"] = sp.activations_at.get(tag - 1, sp.activations_at[tag])
+            if abs(sp.peak - counter) > PEAK_TOLERANCE:
+                logger.warning(
+                    "scanner: step %d: replayed allocator history peaks at %d B but the allocator's counter says"
+                    " %d B (%d untagged entries); using the counter, category attribution may be off",
+                    rec.step,
+                    sp.peak,
+                    counter,
+                    rep.untagged,
+                )
+            rec.peak = counter  # the counter is the allocator's own figure; the replay located it
 
     # ---------------------------------------------------------------- memory sampling
     def _stats(self) -> dict | None:
@@ -162,11 +223,15 @@ class StepProbe:
     def _activations(self) -> int:
         return self._saved.total + self._recompute_live
 
-    def _sample(self) -> None:
-        """Attribute a new allocator peak to the categories live since the previous sample.
+    def _set_grads(self, grads: dict[int, int]) -> None:
+        self._grads = grads
+        self._grads_total = sum(grads.values())
 
-        Category totals only change at hook events, so between two samples they are constant; if the
-        allocator's peak rose in that interval, the peak instant saw exactly those category totals.
+    def _sample(self, claims_previous: bool = False) -> None:
+        """The categories just changed (or the phase did): start a new attribution interval.
+
+        Category totals only change at hook events, so between two events they are constant; whatever peak
+        the allocator reaches in that interval saw exactly those totals.
         """
         rec = self._rec
         if rec is None:
@@ -175,6 +240,20 @@ class StepProbe:
         if act > rec.activations_max:
             rec.activations_max = act
         if self.alloc is None:
+            return
+        if self.trace is not None:
+            self._states.append(
+                (
+                    self._phase,
+                    self._saved.total,
+                    self._grads_total,
+                    self._opt_bytes,
+                    self._rc_base,
+                    self._rc_upto,
+                    claims_previous,
+                )
+            )
+            self.trace.tag(len(self._states) - 1)
             return
         stats = self._stats()
         if stats is None:
@@ -189,19 +268,36 @@ class StepProbe:
             rec.peak = peak
             rec.peak_phase = self._phase
             rec.peak_activations = act
-            rec.peak_grads = sum(self._grads.values())
+            rec.peak_grads = self._grads_total
             rec.peak_optimizer = self._opt_bytes
 
-    def _boundary(self, name: str) -> None:
-        """Sample, snapshot the categories at a phase boundary, then restart the per-phase peak."""
+    def _boundary(self, name: str, next_phase: str | None = None, then=None) -> None:
+        """Close the interval at a phase boundary and open the next one in `next_phase`.
+
+        `then` applies category changes that belong to the next interval. The boundary snapshot records the
+        categories and (on CUDA) `allocated` at the boundary.
+        """
         rec = self._rec
         if rec is None:
             return
-        self._sample()
-        snap = {"event": name, "activations": self._activations(), "grads": sum(self._grads.values())}
-        if self.alloc is not None:
-            snap["allocated"] = self.alloc.allocated()
-            self.alloc.reset_peak()
+        snap = {"event": name, "activations": self._activations(), "grads": self._grads_total}
+        if self.trace is not None:
+            # states describe the interval they open: change first, then tag. `allocated` comes in resolve().
+            if then is not None:
+                then()
+            if next_phase is not None:
+                self._phase = next_phase
+            self._sample()
+            snap["tag"] = len(self._states) - 1
+        else:
+            self._sample()  # samples describe the interval they close: sample first, then change
+            if then is not None:
+                then()
+            if next_phase is not None:
+                self._phase = next_phase
+            if self.alloc is not None:
+                snap["allocated"] = self.alloc.allocated()
+                self.alloc.reset_peak()
         rec.boundaries.append(snap)
 
     def _current_grads(self) -> dict[int, int]:
@@ -229,8 +325,7 @@ class StepProbe:
         self._count_tokens(args, kwargs)
         if self._phase == AFTER_BACKWARD:
             self._phase = OTHER  # between micro-batches: the interval is not clipping
-        self._boundary("forward_start")
-        self._phase = FORWARD
+        self._boundary("forward_start", FORWARD)
         self._rec.forward.append([self.clock.mark(), None])
         self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_ctx.__enter__()
@@ -252,8 +347,7 @@ class StepProbe:
             return None
         rec = self._rec
         rec.forward[-1][1] = self.clock.mark()
-        self._boundary("forward_end")
-        self._phase = OTHER  # a loss computed outside the model's forward lands in "other"
+        self._boundary("forward_end", OTHER)  # a loss computed outside the model's forward is "other"
         rec.micro_batches += 1
         self._pending_fwd += 1
         target = self._grad_target(output)
@@ -310,7 +404,7 @@ class StepProbe:
         if key is None or key[0] in self._excluded:  # parameters, buffers and views of them
             return t
         self._saved.add(*key)
-        self._sample()  # the storage was allocated just before being saved: count it as live at the peak
+        self._sample(claims_previous=True)  # allocated just before being saved: live at the peak as saved
         return _Saved(t, key[0], self)
 
     def _unpack(self, packed):
@@ -319,9 +413,14 @@ class StepProbe:
         return packed.tensor if type(packed) is _Saved else packed
 
     def _on_release(self, ptr: int) -> None:
-        if self._rec is not None:
+        if self._rec is None:
+            self._saved.release(ptr)
+        elif self.trace is not None:
+            self._saved.release(ptr)  # the storage is freed after this: the new interval sees it released
+            self._sample()
+        else:
             self._sample()  # the storage is still alive: the wrapper holding it is being torn down
-        self._saved.release(ptr)
+            self._saved.release(ptr)
 
     # ---------------------------------------------------------------- gradient checkpointing
     def _ckpt_pre(self, module, args, kwargs):
@@ -335,18 +434,24 @@ class StepProbe:
                 if key is None or key[0] in self._excluded:
                     continue
                 self._saved.add(*key)
-                weakref.finalize(t, self._saved.release, key[0])
-            self._sample()
+                weakref.finalize(t, self._on_release, key[0])
+            self._sample(claims_previous=True)
         return None
 
     def _recompute_pre(self, module, args):
         if self._rec is None or not self._bwd_open:
             return None
         layer = self._child_layer.get(id(module))
-        if layer != self._recompute_layer:  # a new layer's recompute: the previous one's are consumed
+        if layer != self._recompute_layer:
+            # A new layer's recompute begins; the previous layer's recomputed tensors were consumed by its
+            # backward, which ran before this point (the interval that ends here still had them).
             self._recompute_layer = layer
-            self._recompute_live = 0
+            if self.trace is not None:
+                self._rc_base, self._rc_upto = len(self._states), None  # resolved from the history later
+                self._sample()
+                return None
             self._sample()
+            self._recompute_live = 0
             self._recompute_before = self.alloc.allocated()
         return None
 
@@ -354,8 +459,11 @@ class StepProbe:
         if self._rec is not None and self._bwd_open:
             # Recomputed activations live until this layer's backward consumes them; the allocator delta
             # since the layer's recompute began is what they hold (CUDA only: no allocator counter on CPU).
-            self._recompute_live = max(0, self.alloc.allocated() - self._recompute_before)
-            self._sample()
+            if self.trace is not None:
+                self._rc_upto = len(self._states)
+            else:
+                self._recompute_live = max(0, self.alloc.allocated() - self._recompute_before)
+            self._sample(claims_previous=True)
         return None
 
     # ---------------------------------------------------------------- backward
@@ -365,8 +473,7 @@ class StepProbe:
         return None
 
     def _on_backward_start(self) -> None:
-        self._boundary("backward_start")
-        self._phase = BACKWARD
+        self._boundary("backward_start", BACKWARD)
         self._bwd_open = True
         self._pending_fwd = 0
         self._rec.backward.append([self.clock.mark(), None])
@@ -378,18 +485,21 @@ class StepProbe:
         if rec is None:
             return
         rec.backward[-1][1] = rec.clip_start = self.clock.mark()
-        self._boundary("backward_end")
+        self._boundary("backward_end", AFTER_BACKWARD, then=self._reset_recompute)
+
+    def _reset_recompute(self) -> None:
         self._recompute_live = 0
-        self._recompute_layer = None
-        self._phase = AFTER_BACKWARD
+        self._recompute_layer = self._rc_base = self._rc_upto = None
 
     def _on_grad(self, p: torch.Tensor) -> None:
         if self._rec is None or p.grad is None:
             return
         key = storage_key(p.grad)
         if key is not None and key[0] not in self._grads and p.grad.device == self.device:
-            self._grads[key[0]] = allocation_bytes(key[1], self.device)
-            self._sample()
+            size = allocation_bytes(key[1], self.device)
+            self._grads[key[0]] = size
+            self._grads_total += size
+            self._sample(claims_previous=True)
 
     # ---------------------------------------------------------------- optimizer
     def _opt_pre(self, optimizer, args, kwargs):
@@ -400,8 +510,7 @@ class StepProbe:
             self._phase = CLIP
         else:
             rec.clip_start = None  # no backward right before: nothing to call clipping
-        self._boundary("optimizer_start")
-        self._phase = OPTIMIZER
+        self._boundary("optimizer_start", OPTIMIZER)
         rec.optimizer.append([self.clock.mark(), None])
 
     def _opt_post(self, optimizer, args, kwargs):
@@ -409,6 +518,13 @@ class StepProbe:
         if rec is None or not rec.optimizer:
             return
         rec.optimizer[-1][1] = self.clock.mark()
-        self._boundary("optimizer_end")
-        self._opt_bytes = rec.optimizer_bytes = self._optimizer_bytes()  # lazy state appears at step 1
-        self._phase = OTHER
+        self._boundary("optimizer_end", OTHER, then=self._refresh_optimizer_bytes)
+        rec.optimizer_bytes = self._opt_bytes
+
+    def _refresh_optimizer_bytes(self) -> None:
+        # AdamW-style state appears lazily at the first step and keeps its storages afterwards; re-sizing it
+        # only when the number of parameters with state changed keeps this off the per-step host path.
+        count = len(self.optimizer.state) if self.optimizer is not None else 0
+        if count != self._opt_state_count:
+            self._opt_state_count = count
+            self._opt_bytes = self._optimizer_bytes()

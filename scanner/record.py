@@ -56,6 +56,8 @@ class StepRecord:
     boundaries: list = field(default_factory=list)
     stats_start: dict | None = None
     stats_end: dict | None = None
+    first_tag: int = -1  # allocator-history tags of the step (trace mode): first..end_tag
+    end_tag: int = -1
 
 
 def flat_tensors(args, kwargs):

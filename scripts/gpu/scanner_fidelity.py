@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
@@ -100,9 +101,14 @@ class StepTimer(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kw):
         self.marks = [self._mark()]
+        self.host = [time.perf_counter()]  # host clock too: where outside the steps a run spends its time
 
     def on_step_end(self, args, state, control, **kw):
         self.marks.append(self._mark())
+        self.host.append(time.perf_counter())
+
+    def on_train_end(self, args, state, control, **kw):
+        self.host_end = time.perf_counter()
 
     def step_times(self) -> list[float]:
         if self.cuda:
@@ -349,9 +355,22 @@ def run_case(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
 
     if cuda:
         trace = str(out_dir / f"trace_{key}.json")
-        prof_scanner = Scanner(steps=steps, output=None, log_to_trainer=False, profile_trace=trace)
+        snap = str(out_dir / f"snapshot_{key}.pickle")
+        prof_scanner = Scanner(
+            steps=steps, output=None, log_to_trainer=False, profile_trace=trace, memory_snapshot=snap
+        )
         run(model, case, tiny, steps, [prof_scanner], out_dir)
         r = prof_scanner.report.steps[0]
+        import pickle
+
+        from peak_blocks import analyse
+
+        with open(snap, "rb") as fh:
+            res["peak_blocks"] = analyse(pickle.load(fh), torch.cuda.current_device())
+        res["peak_blocks"]["scanner_same_run"] = {
+            k: getattr(r, k) for k in ("mem_peak_allocated", "mem_activations", "mem_temporaries", "peak_phase")
+        }
+        os.remove(snap)
         res["profiler"] = {
             "trace_phases": profiler_phases(trace),
             "scanner_same_run": {
@@ -389,6 +408,11 @@ def to_markdown(results: dict) -> str:
                 lines.append(f"\n{k}: {100 * res[k]:.3f}%")
         o = res["overhead"]
         lines += ["", "Overhead: " + ", ".join(f"{k}={v:.4f}" for k, v in o.items() if v is not None)]
+        if res.get("peak_blocks"):
+            pb = res["peak_blocks"]
+            lines += ["", "Blocks live at the allocator peak, allocated during the recorded steps (top sites):", ""]
+            lines += [f"- {x['bytes']:>14,d} B in {x['blocks']:>4d} blocks: {x['site']}" for x in pb["sites"][:15]]
+            lines += ["", f"peak entry: {pb['peak_entry']}; scanner (same run): {pb['scanner_same_run']}"]
         if res.get("profiler"):
             lines += [
                 "",

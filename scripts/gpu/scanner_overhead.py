@@ -48,6 +48,14 @@ def main(argv=None) -> int:
             steps = timer.step_times()
             steady = steps[5:]
             record = {"scanned": scanned, "wall_s": wall, "steady_s": sum(steady), "median_step_s": statistics.median(steady)}
+            h = timer.host
+            record["host_s"] = {
+                "train_begin_to_step5": h[5] - h[0],
+                "step5_to_last_step": h[-1] - h[5],
+                "last_step_to_train_end": timer.host_end - h[-1],
+                "outside_train_callbacks": wall - (timer.host_end - h[0]),
+            }
+            record["step_times"] = steps
             if scanned:
                 scan = steps[args.scan_step - 1]
                 others = [t for i, t in enumerate(steps[5:], start=6) if i != args.scan_step]
@@ -57,13 +65,26 @@ def main(argv=None) -> int:
             print(json.dumps(record), flush=True)
     on = [r for r in runs if r["scanned"]]
     off = [r for r in runs if not r["scanned"]]
+    # Each ABBA pair's own ratio cancels slow drift (clocks, temperature) that a median over runs keeps.
+    pairs = [(runs[2 * i], runs[2 * i + 1]) for i in range(len(runs) // 2)]
+    pair_ratios = [
+        (a if not a["scanned"] else b)["wall_s"] / (b if not a["scanned"] else a)["wall_s"] for a, b in pairs
+    ]
+    pair_ratios_steady = [
+        (a if not a["scanned"] else b)["steady_s"] / (b if not a["scanned"] else a)["steady_s"] for a, b in pairs
+    ]
     summary = {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "torch": torch.__version__,
         "runs": runs,
         "throughput_ratio_wall": statistics.median(r["wall_s"] for r in off) / statistics.median(r["wall_s"] for r in on),
         "throughput_ratio_steady": statistics.median(r["steady_s"] for r in off) / statistics.median(r["steady_s"] for r in on),
+        "pair_ratios_wall": pair_ratios,
+        "pair_ratio_wall_median": statistics.median(pair_ratios),
+        "pair_ratios_steady": pair_ratios_steady,
+        "pair_ratio_steady_median": statistics.median(pair_ratios_steady),
         "scanned_vs_median_unscanned": statistics.median(r["scanned_vs_median"] for r in on),
+        "scanned_vs_median_each": [r["scanned_vs_median"] for r in on],
         "wall_spread_off": (max(r["wall_s"] for r in off) - min(r["wall_s"] for r in off)) / statistics.median(r["wall_s"] for r in off),
     }
     (out / "overhead.json").write_text(json.dumps(summary, indent=2))
