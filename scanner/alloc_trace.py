@@ -31,7 +31,7 @@ SKIPPED_ACTIONS = ["free_completed", "snapshot"]
 
 
 def available(device: torch.device) -> bool:
-    """Whether this torch can tag allocator history entries (torch >= 2.6 on CUDA)."""
+    """Whether this torch can tag allocator history entries (CUDA and `_cuda_setMemoryMetadata` present)."""
     return device.type == "cuda" and hasattr(torch._C, "_cuda_setMemoryMetadata")
 
 
