@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .memory import allocation_bytes
+
 logger = logging.getLogger(__name__)
 
 # Every trace entry costs a few dozen bytes of host memory; a step of a large model makes ~1e4 entries.
 MAX_ENTRIES = 2_000_000
 # History entries carry the requested size; the allocator's `allocated_bytes` counts whole blocks, which are
-# at least the request rounded up to 512 B. A large-pool block may also keep an unsplit tail of up to 1 MiB,
+# at least the request rounded up to the block size (memory.allocation_bytes). A large-pool block may also keep an unsplit tail of up to 1 MiB,
 # which the history does not show: replayed and counted peaks may differ by that much per block, so a
 # difference up to PEAK_TOLERANCE is expected and only a larger one is reported.
-BLOCK_BYTES = 512
+_CUDA = torch.device("cuda")  # only its type matters to allocation_bytes
 PEAK_TOLERANCE = 4 << 20
 # free_completed follows free_requested for blocks used on side streams; `allocated_bytes` already dropped at
 # the request, so the completion carries no information the replay needs.
@@ -65,9 +67,9 @@ def replay(entries: list[dict], allocated_at_start: int, first_tag: int, last_ta
     for e in entries:
         action = e.get("action")
         if action == "alloc":
-            delta = -(-e["size"] // BLOCK_BYTES) * BLOCK_BYTES
+            delta = allocation_bytes(e["size"], _CUDA)
         elif action == "free_requested":
-            delta = -(-(-e["size"] // BLOCK_BYTES) * BLOCK_BYTES)
+            delta = -allocation_bytes(e["size"], _CUDA)
         else:
             continue
         meta = e.get("user_metadata") or ""
@@ -174,6 +176,11 @@ class StepPeak:
     activations_at: dict  # tag -> activations of that state
 
 
+def _owner(states: list[tuple], tag: int, end: int) -> int:
+    """The state whose categories held during tag's interval: the next one if its event claims the interval."""
+    return tag + 1 if tag + 1 <= end and states[tag + 1][CLAIMS_PREVIOUS] else tag
+
+
 def activations_of(state: tuple, start_allocated: dict) -> int:
     """Saved-tensor bytes of a state plus the live recomputed activations of the current checkpointed layer."""
     base, upto = state[RC_BASE], state[RC_UPTO]
@@ -192,12 +199,12 @@ def step_peak(states: list[tuple], phases: list[str], rep: Replay, first: int, e
     for tag in range(first, end + 1):
         act_at[tag] = activations_of(states[tag], rep.start_allocated)
         value = rep.interval_peak.get(tag, -1)
-        owner = tag + 1 if tag + 1 <= end and states[tag + 1][CLAIMS_PREVIOUS] else tag
+        owner = _owner(states, tag, end)
         if tag < end and value > phase_peaks.get(phases[owner], -1):
             phase_peaks[phases[owner]] = value
         if value > best:
             best_tag, best = tag, value
-    owner = best_tag + 1 if best_tag + 1 <= end and states[best_tag + 1][CLAIMS_PREVIOUS] else best_tag
+    owner = _owner(states, best_tag, end)
     s = states[owner]
     return StepPeak(
         peak=best,
