@@ -10,6 +10,7 @@ known exactly — and checked against the allocator's own peak counter.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ PEAK_TOLERANCE = 4 << 20
 # free_completed follows free_requested for blocks used on side streams; `allocated_bytes` already dropped at
 # the request, so the completion carries no information the replay needs.
 SKIPPED_ACTIONS = ["free_completed", "snapshot"]
+_TRACE_IDS = itertools.count()
 
 
 def available(device: torch.device) -> bool:
@@ -44,18 +46,37 @@ class Replay:
     start_allocated: dict[int, int] = field(default_factory=dict)  # tag -> allocated when the tag began
     interval_peak: dict[int, int] = field(default_factory=dict)  # tag -> max allocated within its interval
     entries: int = 0
-    untagged: int = 0  # entries without a scanner tag (should be none between start and stop)
+    stale: int = 0  # entries made by a thread whose tag was out of date (see replay)
+    before_start: int = 0  # entries before the first tag: already part of allocated_at_start
 
 
-def replay(entries: list[dict], allocated_at_start: int, first_tag: int, last_tag: int) -> Replay:
+def _parse_tag(meta: str, prefix: str) -> int | None:
+    if not meta.startswith(prefix):
+        return None
+    rest = meta[len(prefix) :]
+    return int(rest) if rest.isdigit() else None
+
+
+def replay(
+    entries: list[dict], allocated_at_start: int, first_tag: int, last_tag: int, prefix: str = ""
+) -> Replay:
     """Replay `entries` (snapshot trace dicts, in order) from `allocated_at_start`, for tags first..last.
 
     A tag's interval runs from the event that set it to the next event. Tags with no allocator activity
     inherit the running value, so every tag in the range gets a start value and an interval peak.
+
+    The allocator keeps the metadata per thread, and the scanner's events run on two threads (forward and
+    optimizer on the Python thread, backward on autograd's device thread). A thread that allocates before its
+    next event still carries an older tag (e.g. gradient clipping on the main thread after a backward whose
+    events all ran on the device thread), or another scan's tag, or none. Such a stale entry happened after
+    every tag seen so far and before the next fresh one, and since the stale thread set no tag meanwhile, the
+    state in force was the one just before that next fresh tag: stale entries are held and applied there.
     """
     out = Replay()
     current = allocated_at_start
     next_tag = first_tag  # the lowest tag whose start value is not yet known
+    newest = None  # highest fresh tag seen so far
+    held: list[int] = []  # deltas of stale entries waiting for the next fresh tag
 
     def open_until(tag: int) -> None:
         nonlocal next_tag
@@ -63,6 +84,19 @@ def replay(entries: list[dict], allocated_at_start: int, first_tag: int, last_ta
             out.start_allocated[next_tag] = current
             out.interval_peak[next_tag] = current
             next_tag += 1
+
+    def apply(tag: int, delta: int) -> None:
+        nonlocal current
+        current += delta
+        if current > out.interval_peak[tag]:
+            out.interval_peak[tag] = current
+
+    def release_held(until: int) -> None:
+        owner = min(until, last_tag)
+        open_until(owner)
+        for delta in held:
+            apply(owner, delta)
+        held.clear()
 
     for e in entries:
         action = e.get("action")
@@ -72,17 +106,24 @@ def replay(entries: list[dict], allocated_at_start: int, first_tag: int, last_ta
             delta = -allocation_bytes(e["size"], _CUDA)
         else:
             continue
-        meta = e.get("user_metadata") or ""
-        if not meta.isdigit():
-            out.untagged += 1
-            current += delta
+        tag = _parse_tag(e.get("user_metadata") or "", prefix)
+        if tag is not None and not first_tag <= tag <= last_tag:
+            tag = None
+        if newest is None and tag is None:
+            out.before_start += 1  # recorded before the first event: allocated_at_start includes it
             continue
-        tag = int(meta)
-        open_until(min(tag, last_tag))
-        current += delta
+        if tag is None or (newest is not None and tag < newest):
+            out.stale += 1
+            held.append(delta)
+            continue
+        if held:
+            release_held(tag - 1)
+        newest = tag
+        open_until(tag)
+        apply(tag, delta)
         out.entries += 1
-        if first_tag <= tag <= last_tag and current > out.interval_peak[tag]:
-            out.interval_peak[tag] = current
+    if held:
+        release_held(last_tag)
     open_until(last_tag)
     return out
 
@@ -95,6 +136,9 @@ class AllocatorTrace:
         self.with_stacks = with_stacks  # the user also asked for a memory_viz snapshot: keep Python stacks
         self._set = torch._C._cuda_setMemoryMetadata
         self.recording = False
+        # Unique per trace: a thread keeps its last metadata after a scan, so a later scan in the same process
+        # must not read an old tag as one of its own.
+        self.prefix = f"scan{next(_TRACE_IDS)}:"
 
     def start(self) -> None:
         torch.cuda.memory._record_memory_history(
@@ -108,7 +152,7 @@ class AllocatorTrace:
         self.recording = True
 
     def tag(self, number: int) -> None:
-        self._set(str(number))
+        self._set(self.prefix + str(number))
 
     def stop(self, dump_to: str | None = None) -> list[dict]:
         """Stop recording; return this device's history entries (and pickle the snapshot if asked)."""

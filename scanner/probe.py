@@ -153,6 +153,13 @@ class StepProbe:
         self._boundary("step_start", OTHER)
         rec.first_tag = len(self._states) - 1
         rec.stats_start = self._stats()  # after the first tag: its start value is this `allocated`
+        if rec.stats_start is not None:
+            # Memory held before the step that is no parameter, buffer, grad, optimizer state or saved tensor:
+            # library workspaces (cuBLAS keeps one per thread and stream), DDP's gradient buckets, tensors kept
+            # from earlier steps. No tensor hook can see it, and it persists through the step.
+            named = self.params_bytes + self.buffers_bytes + self._grads_total + self._opt_bytes
+            allocated = rec.stats_start["allocated_bytes"]["all"]["current"]
+            rec.other_start = max(0, allocated - named - self._activations())
 
     def restart(self, start_mark: Any) -> None:
         """Move the window start of the open record (e.g. to on_epoch_begin), keeping nothing else."""
@@ -184,7 +191,7 @@ class StepProbe:
         entries = self.trace.stop(snapshot_path)
         first = records[0]
         start = first.stats_start["allocated_bytes"]["all"]["current"]
-        rep = replay(entries, start, first.first_tag, len(self._states) - 1)
+        rep = replay(entries, start, first.first_tag, len(self._states) - 1, self.trace.prefix)
         phases = resolve_phases(self._states, AFTER_BACKWARD, CLIP, OPTIMIZER, OTHER)
         for rec in records:
             sp = step_peak(self._states, phases, rep, rec.first_tag, rec.end_tag)
@@ -203,11 +210,11 @@ class StepProbe:
             if abs(sp.peak - counter) > PEAK_TOLERANCE:
                 logger.warning(
                     "scanner: step %d: replayed allocator history peaks at %d B but the allocator's counter says"
-                    " %d B (%d untagged entries); using the counter, category attribution may be off",
+                    " %d B (%d stale-tagged entries); using the counter, category attribution may be off",
                     rec.step,
                     sp.peak,
                     counter,
-                    rep.untagged,
+                    rep.stale,
                 )
             rec.peak = counter  # the counter is the allocator's own figure; the replay located it
 

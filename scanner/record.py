@@ -55,6 +55,7 @@ class StepRecord:
     optimizer_bytes: int = 0
     boundaries: list = field(default_factory=list)
     stats_start: dict | None = None
+    other_start: int | None = None  # allocated at step start that is none of the categories (CUDA)
     stats_end: dict | None = None
     first_tag: int = -1  # allocator-history tags of the step (trace mode): first..end_tag
     end_tag: int = -1

@@ -21,6 +21,7 @@ MEM_FIELDS = (
     "mem_activations",
     "mem_activations_max",
     "mem_temporaries",
+    "mem_other",
     "mem_peak_allocated",
     "mem_peak_reserved",
     "mem_fragmentation",
@@ -56,6 +57,7 @@ class StepReport:
     mem_activations: int
     mem_activations_max: int
     mem_temporaries: int | None = None
+    mem_other: int | None = None
     mem_peak_allocated: int | None = None
     mem_peak_reserved: int | None = None
     mem_fragmentation: int | None = None
@@ -127,9 +129,11 @@ def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> Ste
     )
     if on_cuda:
         r.mem_peak_allocated = rec.peak
-        r.mem_temporaries = rec.peak - (
-            r.mem_params + r.mem_buffers + r.mem_grads + r.mem_optimizer + r.mem_activations
-        )
+        named = r.mem_params + r.mem_buffers + r.mem_grads + r.mem_optimizer + r.mem_activations
+        # "other" (held since before the step) is capped by what the peak leaves, so that temporaries, the
+        # step's transient rest, never goes negative should some of that memory be freed before the peak.
+        r.mem_other = min(rec.other_start or 0, max(0, rec.peak - named))
+        r.mem_temporaries = rec.peak - named - r.mem_other
         r.mem_peak_reserved = rec.peak_reserved
         r.mem_fragmentation = rec.peak_reserved - rec.peak
         s0, s1 = rec.stats_start, rec.stats_end

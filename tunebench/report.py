@@ -28,6 +28,7 @@ MEMORY_PARTS = (
     "scan_mem_optimizer",
     "scan_mem_activations",
     "scan_mem_temporaries",
+    "scan_mem_other",
 )
 GIB = 1024**3
 # (column, panel title, divisor) of the line charts.

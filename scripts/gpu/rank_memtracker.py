@@ -5,9 +5,10 @@ Usage (CUDA, one GPU per process; Llama-3.2-1B shape, bf16, seq 1024, micro-batc
     accelerate launch --num_processes 2 scripts/gpu/rank_memtracker.py --mode ddp --out out/rmt-ddp
 CPU smoke test (gloo, tiny Llama, seq 64):
     torchrun --nproc_per_node 2 scripts/gpu/rank_memtracker.py --mode ddp --tiny --out /tmp/rmt-ddp
-Every rank writes DIR/rank{r}.json with its scanner StepReport of optimizer step --step; rank 0 also runs
-torch's MemTracker (FSDPMemTracker for an FSDP2 model) over that same step, adds its peak breakdown and a
-category comparison to rank0.json, and writes DIR/compare.md. On CPU the scanner has no allocator peak, so
+Every rank writes DIR/rank{r}.json with its scanner StepReport of optimizer step --step; rank 0 (every rank
+with --tracker-ranks all) also runs torch's MemTracker (FSDPMemTracker for an FSDP2 model) over that same
+step, adds its peak breakdown and a category comparison to its rank{r}.json, and writes DIR/compare.md
+(rank 0) or DIR/compare.rank{r}.md. On CPU the scanner has no allocator peak, so
 only params / buffers / grads / optimizer are comparable there.
 --tracker picks rank 0's reference: auto (FSDPMemTracker for an FSDP2 model, else MemTracker), fsdp (the
 same, named), or plain (torch's plain MemTracker with track_external(model, optimizer) even for an FSDP2
@@ -70,16 +71,60 @@ FSDP2_CONFIG = {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "res
 class MemTrackerStep(TrainerCallback):
     """torch's MemTracker over exactly optimizer step `step` (the same window as the scanner's).
 
-    It runs on rank 0 only, so it must not change the number or order of collectives: this callback itself
+    When it runs on rank 0 only it must not change the number or order of collectives: this callback itself
     calls none (no barrier, all_reduce, broadcast, gather_object), only local CUDA synchronize / peak
-    counters and the tracker's own hooks and dispatch mode, which pass every op through unchanged.
+    counters and the tracker's own hooks and dispatch mode. FSDPMemTracker, however, replaces FSDP2's own
+    forward/backward hooks, which changes when its all-gathers are issued: on one rank only that hung in
+    backward (rank-memtracker/fsdp2-fsdp/fsdp.log), hence --tracker-ranks all, which instruments every rank
+    the same way so the collective order stays identical across ranks.
     """
 
-    def __init__(self, step: int, trainer_ref: list, tracker: str = "auto"):
+    def __init__(self, step: int, trainer_ref: list, tracker: str = "auto", peak_context: bool = False):
         self.step, self.trainer_ref = step, trainer_ref  # trainer_ref[0] is set once the Trainer exists
         self.tracker_arg = tracker  # auto | fsdp | plain
         self.mt = self.tracker = self.fallback_reason = None
         self.peak = self.max_allocated = self.seconds = self.device = None
+        self.want_context, self.peak_context = peak_context, None
+        self.shard_ptrs: set | None = None  # FSDP2 + plain MemTracker: storages of this rank's local shards
+
+    def _watch_peak(self, mt) -> None:
+        """Keep, at each new peak, where the tracker was and which live storages it filed as what.
+
+        Evidence-only and O(tracked storages) per new peak: it answers "at which op was MemTracker's peak, and
+        which tensors make up its Activation there", which its totals alone cannot.
+        """
+        update = mt._update_peak_stats
+
+        def watched(peak_state):
+            before = dict(mt._peak_mem)
+            update(peak_state)
+            if mt._peak_mem != before:
+                func = sys._getframe(1).f_locals.get("func")  # the op __torch_dispatch__ is running
+                by_type: dict = {}
+                unsharded = 0
+                for st, (winfo, _) in mt._WINFO.items():
+                    key = getattr(winfo.reftype, "value", str(winfo.reftype))
+                    sizes = by_type.setdefault(key, {})
+                    sizes[winfo.mem_consumed] = sizes.get(winfo.mem_consumed, 0) + 1
+                    if (
+                        self.shard_ptrs is not None
+                        and key == "Parameter"
+                        and st.data_ptr() not in self.shard_ptrs
+                    ):
+                        unsharded += winfo.mem_consumed  # an all-gathered (unsharded) parameter, not a shard
+                self.peak_context = {
+                    "op": str(func),
+                    "modules": sorted(mt._mod_tracker.parents),
+                    "is_bw": mt._mod_tracker.is_bw,
+                    "in_ac": mt._in_ac,
+                    "unsharded_params": unsharded if self.shard_ptrs is not None else None,
+                    "storages_by_type": {  # reftype -> [[bytes, count], ...], largest first
+                        k: sorted(([b, n] for b, n in v.items() if b), reverse=True)
+                        for k, v in by_type.items()
+                    },
+                }
+
+        mt._update_peak_stats = watched
 
     def _make_tracker(self):
         from torch.distributed._tools.mem_tracker import MemTracker
@@ -119,6 +164,14 @@ class MemTrackerStep(TrainerCallback):
             if not p.requires_grad:  # MemTracker hooks every parameter; frozen ones cannot take a grad hook
                 mt._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
         mt.track_external(model, optimizer)  # params/buffers/opt state created before entry
+        if isinstance(model, FSDPModule):
+            # MemTracker files the all-gathered parameters a module holds in forward as Parameter too, where
+            # FSDPMemTracker would say "Unsharded Param": split them off by storage at its peak.
+            local = (getattr(p, "_local_tensor", p) for p in model.parameters())
+            self.shard_ptrs = {t.untyped_storage().data_ptr() for t in local}
+            self.want_context = True
+        if self.want_context:
+            self._watch_peak(mt)
         mt.__enter__()
         self.tracker = "MemTracker"
         return mt
@@ -185,25 +238,45 @@ def build_model(tiny: bool, lora: bool, local_rank: int):
 
 def compare(report: dict, mt: MemTrackerStep) -> dict:
     rows = {}
+    unsharded = (mt.peak_context or {}).get("unsharded_params")
     for field, refs in CATEGORY_MAP[mt.tracker].items():
         ref = sum(mt.peak.get(r, 0) for r in refs) if mt.peak is not None else None
-        row = {"scanner": report[field], "memtracker": ref, "memtracker_categories": list(refs)}
+        refs = list(refs)
+        if unsharded is not None and ref is not None and field in ("mem_params", "mem_temporaries"):
+            # the scanner's params are the local shards; gathered copies are transient (temporaries)
+            sign = -1 if field == "mem_params" else 1
+            ref += sign * unsharded
+            refs.append(("- " if sign < 0 else "+ ") + "unsharded Parameter storages at its peak")
+        row = {"scanner": report[field], "memtracker": ref, "memtracker_categories": refs}
         rows[field] = row | {"rel_error": rel(report[field], ref)}
+    if mt.peak and mt.max_allocated and report.get("mem_other") is not None:
+        # what the allocator holds that the tracker never saw created (DDP buckets, cuBLAS workspaces)
+        ref = mt.max_allocated - mt.peak.get("Total", 0)
+        row = {
+            "scanner": report["mem_other"],
+            "memtracker": ref,
+            "memtracker_categories": ["max_allocated - Total"],
+        }
+        rows["mem_other"] = row | {"rel_error": rel(report["mem_other"], ref)}
     return rows
 
 
 def to_markdown(res: dict) -> str:
     mt = res["memtracker"]
     lines = [
-        f"# Scanner vs {mt['tracker']} ({res['mode']}{' + LoRA' if res['lora'] else ''}, rank 0 of "
-        f"{res['world_size']}, step {res['step']}, {res['device']}, --tracker {res['tracker_arg']})",
+        f"# Scanner vs {mt['tracker']} ({res['mode']}{' + LoRA' if res['lora'] else ''}, rank {res['rank']} of "
+        f"{res['world_size']}, step {res['step']}, {res['device']}, --tracker {res['tracker_arg']}, "
+        f"--tracker-ranks {res['tracker_ranks']})",
         "",
         "| scanner field | scanner | MemTracker categories | MemTracker | rel. error |",
         "|---|---:|---|---:|---:|",
     ]
     for f, c in res["comparison"].items():
         err = "n/a" if c["rel_error"] is None else f"{100 * c['rel_error']:.2f}%"
-        cats = " + ".join(c["memtracker_categories"])
+        cats = " ".join(
+            x if i == 0 or x[:2] in ("+ ", "- ") else "+ " + x
+            for i, x in enumerate(c["memtracker_categories"])
+        )
         lines.append(f"| {f} | {c['scanner']} | {cats} | {c['memtracker']} | {err} |")
     lines.append("")
     for k in ("memtracker_total_vs_max_allocated", "scanner_peak_vs_max_allocated"):
@@ -233,6 +306,13 @@ def main(argv=None) -> int:
         default="auto",
         help="rank 0's reference: auto/fsdp = FSDPMemTracker for an FSDP2 model (else MemTracker); "
         "plain = MemTracker + track_external(model, optimizer) even under FSDP2",
+    )
+    ap.add_argument(
+        "--tracker-ranks",
+        choices=["0", "all"],
+        default="0",
+        help="ranks that run the reference tracker: 0, or all (needed for FSDPMemTracker, which re-orders "
+        "FSDP2's all-gathers on the ranks it instruments)",
     )
     a = ap.parse_args(argv)
     # a hang (e.g. a collective that only some ranks reached) leaves a traceback of every thread in the log
@@ -275,7 +355,8 @@ def main(argv=None) -> int:
     rank = args.process_index
     scanner = Scanner(steps=a.step, output=None, log_to_trainer=False, collectives=False)
     trainer_ref: list = [None]
-    mt = MemTrackerStep(a.step, trainer_ref, a.tracker) if rank == 0 else None
+    tracked = rank == 0 or a.tracker_ranks == "all"
+    mt = MemTrackerStep(a.step, trainer_ref, a.tracker) if tracked else None
     trainer = Trainer(
         model=model,
         args=args,
@@ -296,10 +377,12 @@ def main(argv=None) -> int:
     res = {"mode": a.mode, "lora": a.lora, "tiny": a.tiny, "rank": rank, "world_size": args.world_size}
     res |= {"step": a.step, "seq": seq, "micro_batch": mb, "device": scanner.report.device}
     res |= {"fsdp2_active": fsdp_active, "wrapper": type(trainer.model_wrapped).__name__}
-    res |= {"torch": torch.__version__, "tracker_arg": a.tracker, "scanner": report}
+    res |= {"torch": torch.__version__, "tracker_arg": a.tracker, "tracker_ranks": a.tracker_ranks}
+    res["scanner"] = report
     if mt is not None:
         m = {"tracker": mt.tracker, "fallback_reason": mt.fallback_reason, "device": mt.device}
         m |= {"peak": mt.peak, "max_allocated_same_step": mt.max_allocated, "seconds": mt.seconds}
+        m["peak_context"] = mt.peak_context
         res["memtracker"] = m
         res["comparison"] = compare(report, mt)
         if mt.peak and mt.max_allocated:
@@ -310,7 +393,7 @@ def main(argv=None) -> int:
     (out / f"rank{rank}.json").write_text(json.dumps(res, indent=2, default=str))
     if mt is not None:
         md = to_markdown(res)
-        (out / "compare.md").write_text(md)
+        (out / ("compare.md" if rank == 0 else f"compare.rank{rank}.md")).write_text(md)
         print(md, flush=True)
     return 0
 

@@ -83,7 +83,7 @@ CATEGORY_MAP = {  # scanner field -> MemTracker reference types
     "mem_optimizer": ("Optstate",),
     "mem_activations": ("Activation",),
     "mem_temporaries": ("Temp", "Other"),
-}
+}  # + mem_other, compared with what MemTracker cannot see (compare_categories)
 
 
 class StepTimer(TrainerCallback):
@@ -203,7 +203,7 @@ def dataset(n: int, seq: int, vocab: int):
     return rows
 
 
-def run(model, case, tiny, steps, callbacks, out_dir):
+def run(model, case, tiny, steps, callbacks, out_dir, trainer_ref: list | None = None):
     cuda = torch.cuda.is_available()
     seq, mb = (64, 2) if tiny else (case["seq"], case["mb"])
     args = TrainingArguments(
@@ -229,6 +229,8 @@ def run(model, case, tiny, steps, callbacks, out_dir):
         train_dataset=dataset(steps * mb * case["ga"], seq, vocab),
         callbacks=callbacks,
     )
+    if trainer_ref is not None:
+        trainer_ref[0] = trainer
     if cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -301,6 +303,63 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
+def compare_categories(report: dict, peak: dict | None, max_allocated: int | None = None) -> dict:
+    cmp = {}
+    for field, refs in CATEGORY_MAP.items():
+        ref = sum(peak.get(r, 0) for r in refs) if peak else None
+        cmp[field] = {"scanner": report[field], "memtracker": ref, "rel_error": rel(report[field], ref)}
+    if peak and max_allocated and report.get("mem_other") is not None:
+        # MemTracker sees tensors created after it was entered; what else the allocator holds at its peak
+        # (workspaces, buffers made earlier) is its shortfall from max_memory_allocated: the scanner's "other".
+        ref = max_allocated - peak.get("Total", 0)
+        cmp["mem_other"] = {
+            "scanner": report["mem_other"],
+            "memtracker": ref,
+            "rel_error": rel(report["mem_other"], ref),
+        }
+    return cmp
+
+
+def run_same_run(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
+    """The scanner and MemTracker over the same optimizer step of one run (one peak instant for both).
+
+    MemTracker slows its step ~70x, so no timing is taken from this run; the scanner is the first callback, so
+    it arms before MemTracker enters. MemTracker also records where its own peak was (op, modules, storages).
+    """
+    from rank_memtracker import MemTrackerStep as SameRunMemTracker  # imports this module: import lazily
+
+    case = CASES[key]
+    model = build_model(case, tiny, "cuda" if torch.cuda.is_available() else "cpu")
+    res: dict = {"case": key, "name": case["name"], "tiny": tiny, "scanned_step": steps, "same_run": True}
+    run(model, case, tiny, 2, [], out_dir)  # warm-up, as in run_case
+    scanner = Scanner(steps=steps, output=None, log_to_trainer=False)
+    ref: list = [None]
+    mt = SameRunMemTracker(steps, ref, tracker="plain", peak_context=True)
+    run(model, case, tiny, steps, [scanner, mt], out_dir, trainer_ref=ref)
+    report = scanner.report.steps[0].to_dict()
+    report.pop("boundaries", None)
+    res["scanner"] = report
+    res["memtracker"] = {"peak": mt.peak, "max_allocated_same_step": mt.max_allocated, "seconds": mt.seconds}
+    res["memtracker"]["peak_context"] = mt.peak_context
+    res["category_vs_memtracker"] = compare_categories(report, mt.peak, mt.max_allocated)
+    if torch.cuda.is_available():  # an independent size for "other": what dropping cuBLAS's workspaces frees
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch._C._cuda_clearCublasWorkspaces()
+        res["cublas_workspaces_bytes"] = before - torch.cuda.memory_allocated()
+    if mt.peak and mt.max_allocated:
+        res["memtracker_total_vs_max_allocated"] = rel(mt.peak.get("Total"), mt.max_allocated)
+    if report.get("mem_peak_allocated") is not None:
+        parts = sum(report[f] or 0 for f in (*CATEGORY_MAP, "mem_other"))
+        res["scanner_sum_vs_max_allocated"] = rel(parts, report["mem_peak_allocated"])
+        res["scanner_peak_vs_memtracker_window_max_allocated"] = rel(
+            report["mem_peak_allocated"], mt.max_allocated
+        )
+    del model
+    gc.collect()
+    return res
+
+
 def run_case(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
     case = CASES[key]
     cuda = torch.cuda.is_available()
@@ -338,19 +397,11 @@ def run_case(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
     mt = MemTrackerStep(steps, cuda)
     run(model, case, tiny, steps, [mt], out_dir)
     res["memtracker"] = {"peak": mt.peak, "max_allocated_same_step": mt.max_allocated, "seconds": mt.seconds}
-    cmp = {}
-    for field, refs in CATEGORY_MAP.items():
-        ref = sum(mt.peak.get(r, 0) for r in refs) if mt.peak else None
-        cmp[field] = {
-            "scanner": report.to_dict()[field],
-            "memtracker": ref,
-            "rel_error": rel(report.to_dict()[field], ref),
-        }
-    res["category_vs_memtracker"] = cmp
+    res["category_vs_memtracker"] = compare_categories(report.to_dict(), mt.peak, mt.max_allocated)
     if mt.peak and mt.max_allocated:
         res["memtracker_total_vs_max_allocated"] = rel(mt.peak.get("Total"), mt.max_allocated)
     if report.mem_peak_allocated is not None:
-        parts = sum(report.to_dict()[f] or 0 for f in CATEGORY_MAP)
+        parts = sum(report.to_dict()[f] or 0 for f in (*CATEGORY_MAP, "mem_other"))
         res["scanner_sum_vs_max_allocated"] = rel(parts, report.mem_peak_allocated)
 
     if cuda:
@@ -368,7 +419,8 @@ def run_case(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
         with open(snap, "rb") as fh:
             res["peak_blocks"] = analyse(pickle.load(fh), torch.cuda.current_device())
         res["peak_blocks"]["scanner_same_run"] = {
-            k: getattr(r, k) for k in ("mem_peak_allocated", "mem_activations", "mem_temporaries", "peak_phase")
+            k: getattr(r, k)
+            for k in ("mem_peak_allocated", "mem_activations", "mem_temporaries", "peak_phase")
         }
         os.remove(snap)
         res["profiler"] = {
@@ -403,15 +455,32 @@ def to_markdown(results: dict) -> str:
         for f, c in res["category_vs_memtracker"].items():
             err = "n/a" if c["rel_error"] is None else f"{100 * c['rel_error']:.2f}%"
             lines.append(f"| {f[4:]} | {c['scanner']} | {c['memtracker']} | {err} |")
-        for k in ("memtracker_total_vs_max_allocated", "scanner_sum_vs_max_allocated"):
+        for k in (
+            "memtracker_total_vs_max_allocated",
+            "scanner_sum_vs_max_allocated",
+            "cublas_workspaces_bytes",
+        ):
             if res.get(k) is not None:
-                lines.append(f"\n{k}: {100 * res[k]:.3f}%")
-        o = res["overhead"]
-        lines += ["", "Overhead: " + ", ".join(f"{k}={v:.4f}" for k, v in o.items() if v is not None)]
+                lines.append(f"\n{k}: " + (f"{res[k]}" if k.endswith("bytes") else f"{100 * res[k]:.3f}%"))
+        if res.get("overhead"):
+            o = res["overhead"]
+            lines += ["", "Overhead: " + ", ".join(f"{k}={v:.4f}" for k, v in o.items() if v is not None)]
+        ctx = (res.get("memtracker") or {}).get("peak_context")
+        if ctx:
+            top = {k: v[:8] for k, v in ctx["storages_by_type"].items()}
+            lines += ["", f"MemTracker's peak: op {ctx['op']}, backward={ctx['is_bw']}, in AC={ctx['in_ac']}"]
+            lines += [f"modules: {ctx['modules']}", f"largest storages by type [bytes, count]: {top}"]
+            lines += [f"scanner peak phase (same run): {res['scanner'].get('peak_phase')}"]
         if res.get("peak_blocks"):
             pb = res["peak_blocks"]
-            lines += ["", "Blocks live at the allocator peak, allocated during the recorded steps (top sites):", ""]
-            lines += [f"- {x['bytes']:>14,d} B in {x['blocks']:>4d} blocks: {x['site']}" for x in pb["sites"][:15]]
+            lines += [
+                "",
+                "Blocks live at the allocator peak, allocated during the recorded steps (top sites):",
+                "",
+            ]
+            lines += [
+                f"- {x['bytes']:>14,d} B in {x['blocks']:>4d} blocks: {x['site']}" for x in pb["sites"][:15]
+            ]
             lines += ["", f"peak entry: {pb['peak_entry']}; scanner (same run): {pb['scanner_same_run']}"]
         if res.get("profiler"):
             lines += [
@@ -431,6 +500,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="the optimizer step to scan (>= 2)")
     ap.add_argument("--out", required=True, help="directory for fidelity.json and fidelity.md")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
+    ap.add_argument(
+        "--same-run",
+        action="store_true",
+        help="only the category comparison, with the scanner and MemTracker on the same step of one run",
+    )
     a = ap.parse_args(argv)
     if a.steps < 2:
         ap.error("--steps must be >= 2 (step 1 allocates the optimizer state lazily)")
@@ -444,7 +518,10 @@ def main(argv=None) -> int:
         if torch.cuda.is_available()
         else platform.processor() or "cpu",
         "torch": torch.__version__,
-        "cases": [run_case(k, a.tiny, a.steps, out) for k in (["a", "b"] if a.case == "all" else [a.case])],
+        "cases": [
+            (run_same_run if a.same_run else run_case)(k, a.tiny, a.steps, out)
+            for k in (["a", "b"] if a.case == "all" else [a.case])
+        ],
     }
     (out / "fidelity.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "fidelity.md").write_text(to_markdown(results))

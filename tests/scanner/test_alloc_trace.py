@@ -35,14 +35,44 @@ def test_replay_running_total_peaks_and_start_values():
     rep = replay(entries, allocated_at_start=1000 * K, first_tag=0, last_tag=3)
     assert rep.start_allocated == {0: 1000 * K, 1: 1050 * K, 2: 1050 * K, 3: 1080 * K}
     assert rep.interval_peak == {0: 1150 * K, 1: 1050 * K, 2: 1080 * K, 3: 1080 * K}
-    assert rep.entries == 4 and rep.untagged == 0
+    assert rep.entries == 4 and rep.stale == 0 and rep.before_start == 0
 
 
-def test_replay_counts_untagged_entries_but_keeps_the_total_exact():
-    entries = [alloc(10, 0), {"action": "alloc", "size": 5 * K, "user_metadata": ""}, alloc(1, 1)]
-    rep = replay(entries, 0, 0, 1)
-    assert rep.untagged == 1
-    assert rep.interval_peak[1] == 16 * K
+def test_entries_before_the_first_tag_are_already_in_the_start_value():
+    entries = [{"action": "alloc", "size": 5 * K, "user_metadata": ""}, alloc(10, 0), alloc(1, 1)]
+    rep = replay(entries, 100 * K, 0, 1)
+    assert rep.before_start == 1 and rep.stale == 0
+    assert rep.start_allocated == {0: 100 * K, 1: 110 * K} and rep.interval_peak[1] == 111 * K
+
+
+def test_stale_thread_entries_belong_to_the_state_before_the_next_fresh_tag():
+    # Tags 1-3 were set on autograd's thread (backward); tag 3 (backward end) saw no allocation there. The main
+    # thread then clips with its old tag 0 still set, before tagging 4 (optimizer start): those 70 blocks
+    # happened under state 3, and the interval peak is 3's, not 0's.
+    entries = [alloc(10, 0), alloc(20, 1), free(20, 2), alloc(70, 0), free(70, 0), alloc(5, 4)]
+    rep = replay(entries, 0, 0, 4)
+    assert rep.stale == 2 and rep.entries == 4
+    assert rep.start_allocated == {0: 0, 1: 10 * K, 2: 30 * K, 3: 10 * K, 4: 10 * K}
+    assert rep.interval_peak == {0: 10 * K, 1: 30 * K, 2: 30 * K, 3: 80 * K, 4: 15 * K}
+
+
+def test_another_scans_tag_is_stale_and_trailing_stale_entries_go_to_the_last_state():
+    def ours(e):
+        return {**e, "user_metadata": "scan1:" + e["user_metadata"]}
+
+    old = {
+        "action": "alloc",
+        "size": 40 * K,
+        "user_metadata": "scan0:7",
+    }  # a thread tagged by an earlier scan
+    assert replay([old, alloc(1, 0)], 0, 0, 1, prefix="scan1:").before_start == 2  # no tag of ours yet
+    entries = [ours(alloc(1, 0)), old, ours(alloc(2, 1)), old]
+    rep = replay(entries, 0, 0, 2, prefix="scan1:")
+    # +1 under 0; the first stale +40 is held until tag 1 appears, so it belongs to state 0; +2 under 1; the
+    # last stale +40 has no fresh tag after it: it belongs to the last state, 2.
+    assert rep.stale == 2 and rep.entries == 2
+    assert rep.interval_peak == {0: 41 * K, 1: 43 * K, 2: 83 * K}
+    assert rep.start_allocated == {0: 0, 1: 41 * K, 2: 43 * K}
 
 
 def test_saved_tensor_allocated_before_its_pack_counts_as_activation_at_the_peak():
