@@ -410,6 +410,10 @@ class StepProbe:
         key = storage_key(t)
         if key is None or key[0] in self._excluded:  # parameters, buffers and views of them
             return t
+        if isinstance(t._base if t._base is not None else t, torch.nn.Parameter):
+            # a parameter that did not exist when the scan began: FSDP2's all-gathered (unsharded) weights,
+            # which it frees after forward and gathers again for backward (transient: temporaries when alive)
+            return t
         self._saved.add(*key)
         self._sample(claims_previous=True)  # allocated just before being saved: live at the peak as saved
         return _Saved(t, key[0], self)

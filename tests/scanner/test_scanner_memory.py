@@ -83,3 +83,19 @@ def test_gradient_checkpointing_reports_fewer_activations():
     assert r_gc.micro_batches == 1 and r_gc.time_backward > 0
     # checkpointed layers keep only their inputs (counted) instead of every intermediate
     assert 0 < r_gc.mem_activations < r_plain.mem_activations / 2
+
+
+def test_weights_made_during_the_step_are_not_activations():
+    """FSDP2 all-gathers each weight into a new nn.Parameter before use and frees it after forward; autograd
+    saves views of it (`weight.t()`). Mimic that on the untied lm_head: the saved weight view must not count
+    as an activation (the parameter set the scanner took at the start does not contain it)."""
+
+    def regather(module, args):
+        module.weight = torch.nn.Parameter(module.weight.detach().clone())
+
+    plain, _ = _scan(tiny_llama(tie_word_embeddings=False))
+    model = tiny_llama(tie_word_embeddings=False)
+    model.lm_head.register_forward_pre_hook(regather)
+    fresh, _ = _scan(model)
+    assert model.lm_head.weight.numel() * 4 == 256 * 64 * 4  # the 64 KiB a wrong count would add
+    assert fresh.mem_activations == plain.mem_activations
