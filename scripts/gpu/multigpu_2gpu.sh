@@ -14,10 +14,4 @@ echo "rank_memtracker rc=$?"; tail -3 "$out/rmt-fsdp2-fsdp.log"; cat "$out"/rank
 work="$(mktemp -d)"
 python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-multigpu.yaml --results_output_path "$work/results" \
   --memory_logging scanner,nvidia --timeout 250 --num_gpus_matrix 2 --run_only_scenarios mg-8b-full
-python3 - "$work/results" "$out" <<'PY'
-import json, sys, pathlib, pandas as pd
-rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json"))]
-if rows:
-    pd.DataFrame(rows).to_csv(pathlib.Path(sys.argv[2]) / "raw_summary.csv", index=False)
-PY
-tar -czf "$out/experiments.tar.gz" --exclude trainer_output -C "$work" results 2>/dev/null || true
+bash scripts/gpu/collect_results.sh "$work/results" "$out"

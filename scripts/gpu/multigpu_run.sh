@@ -7,15 +7,7 @@ set -uo pipefail
 out="${1:?usage: multigpu_run.sh OUT_DIR}"
 export NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 work="$(mktemp -d)"; results="$work/results"
-collect() {
-  python3 - "$results" "$out" <<'PY'
-import json, sys, pathlib, pandas as pd
-rows = [json.loads(p.read_text()) for p in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json"))]
-if rows:
-    pd.DataFrame(rows).to_csv(pathlib.Path(sys.argv[2]) / "raw_summary.csv", index=False)
-PY
-  tar -czf "$out/experiments.tar.gz" --exclude trainer_output -C "$work" results 2>/dev/null || true
-}
+collect() { bash scripts/gpu/collect_results.sh "$results" "$out"; }
 CUDA_VISIBLE_DEVICES=0,1 timeout 200 torchrun --nproc_per_node 2 --master_port 29611 \
   scripts/gpu/rank_memtracker.py --mode fsdp2 --out "$out/rank-memtracker-fsdp2" > "$out/rmt-fsdp2.log" 2>&1 &
 CUDA_VISIBLE_DEVICES=2,3 timeout 200 torchrun --nproc_per_node 2 --master_port 29622 \

@@ -35,7 +35,7 @@ from torch.distributed.fsdp import FSDPModule
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scanner_fidelity import CASES, TINY_MODEL, _NoHandle, dataset, rel  # noqa: E402
+from scanner_fidelity import CASES, TINY_MODEL, _NoHandle, dataset, other_vs_untracked, rel  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from scanner import Scanner  # noqa: E402
@@ -249,15 +249,9 @@ def compare(report: dict, mt: MemTrackerStep) -> dict:
             refs.append(("- " if sign < 0 else "+ ") + "unsharded Parameter storages at its peak")
         row = {"scanner": report[field], "memtracker": ref, "memtracker_categories": refs}
         rows[field] = row | {"rel_error": rel(report[field], ref)}
-    if mt.peak and mt.max_allocated and report.get("mem_other") is not None:
-        # what the allocator holds that the tracker never saw created (DDP buckets, cuBLAS workspaces)
-        ref = mt.max_allocated - mt.peak.get("Total", 0)
-        row = {
-            "scanner": report["mem_other"],
-            "memtracker": ref,
-            "memtracker_categories": ["max_allocated - Total"],
-        }
-        rows["mem_other"] = row | {"rel_error": rel(report["mem_other"], ref)}
+    other = other_vs_untracked(report, mt.peak, mt.max_allocated)
+    if other is not None:
+        rows["mem_other"] = other | {"memtracker_categories": ["max_allocated - Total"]}
     return rows
 
 

@@ -308,16 +308,21 @@ def compare_categories(report: dict, peak: dict | None, max_allocated: int | Non
     for field, refs in CATEGORY_MAP.items():
         ref = sum(peak.get(r, 0) for r in refs) if peak else None
         cmp[field] = {"scanner": report[field], "memtracker": ref, "rel_error": rel(report[field], ref)}
-    if peak and max_allocated and report.get("mem_other") is not None:
-        # MemTracker sees tensors created after it was entered; what else the allocator holds at its peak
-        # (workspaces, buffers made earlier) is its shortfall from max_memory_allocated: the scanner's "other".
-        ref = max_allocated - peak.get("Total", 0)
-        cmp["mem_other"] = {
-            "scanner": report["mem_other"],
-            "memtracker": ref,
-            "rel_error": rel(report["mem_other"], ref),
-        }
+    other = other_vs_untracked(report, peak, max_allocated)
+    if other is not None:
+        cmp["mem_other"] = other
     return cmp
+
+
+def other_vs_untracked(report: dict, peak: dict | None, max_allocated: int | None) -> dict | None:
+    """The scanner's "other" vs what MemTracker cannot see: its shortfall from max_memory_allocated.
+
+    MemTracker only tracks tensors created after it was entered; what else the allocator holds at its peak
+    (cuBLAS workspaces, DDP buckets, buffers made earlier) is the difference."""
+    if not (peak and max_allocated) or report.get("mem_other") is None:
+        return None
+    ref = max_allocated - peak.get("Total", 0)
+    return {"scanner": report["mem_other"], "memtracker": ref, "rel_error": rel(report["mem_other"], ref)}
 
 
 def run_same_run(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
