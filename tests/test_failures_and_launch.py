@@ -72,6 +72,39 @@ def test_build_launch_single_and_multi_process(tmp_path):
     assert spec.repro_env["CUDA_VISIBLE_DEVICES"] == "2,3" and spec.repro_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
+LORA_ARGS = {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", "r": 8, "lora_alpha": 16,
+             "target_modules": ["q_proj", "v_proj"], "debug": "underflow_overflow"}
+
+
+def _entry_args_after_launcher(script_args: list[str]) -> tuple:
+    """What tunebench.train does with the arguments a launcher hands it (argparse keeps or drops the `--`
+    separator depending on the Python version; the entry accepts both)."""
+    return StrictArgumentParser().parse_argv(script_args[1:] if script_args[:1] == ["--"] else script_args)
+
+
+def test_launchers_hand_every_training_argument_to_the_entry(tmp_path):
+    # LoRA's `--r` is an ambiguous abbreviation for torchrun's parser (--rdzv-*, --role, --run-path) and
+    # `--debug` is one of accelerate's own options: both must reach the training entry untouched.
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.run import get_args_parser
+
+    cpu = build_launch(Experiment("s", FrameworkConfig("none"), 2, "cpu", dict(LORA_ARGS)), tmp_path, [], None)
+    assert cpu.argv[1:3] == ["-m", "torch.distributed.run"]
+    torchrun = get_args_parser().parse_args(cpu.argv[3:])
+    assert torchrun.module and torchrun.training_script == "tunebench.train"
+    peft = _entry_args_after_launcher(torchrun.training_script_args)[2]
+    assert peft.r == 8 and peft.target_modules == ["q_proj", "v_proj"]
+
+    gpu = build_launch(Experiment("s", FrameworkConfig("ddp"), 2, "cuda", dict(LORA_ARGS)), tmp_path, [0, 1],
+                       "accelerate.yaml")
+    launch = launch_command_parser().parse_args(gpu.argv[3:])
+    assert not launch.debug and launch.training_script == "tunebench.train"
+    script_args = launch.training_script_args
+    script_args = script_args[1:] if script_args[:1] == ["--"] else script_args
+    assert script_args[script_args.index("--r") + 1] == "8"
+    assert script_args[script_args.index("--debug") + 1] == "underflow_overflow"
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path):
     # A parent that spawns a grandchild which ignores SIGTERM: both must be gone after the timeout.
     code = ("import subprocess, sys, time; "

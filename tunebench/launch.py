@@ -76,13 +76,19 @@ def build_launch(
     extra_env: dict[str, str] | None = None,
 ) -> LaunchSpec:
     """One process: `python -m tunebench.train`; N processes: `accelerate launch` with a free port."""
-    entry = ["-m", "tunebench.train", *to_argv(entry_arguments(experiment, output_dir))]
+    training_argv = to_argv(entry_arguments(experiment, output_dir))
+    entry = ["-m", "tunebench.train", *training_argv]
+    # A launcher parses its own options out of the whole command line before it hands the rest to the script:
+    # torchrun's parser accepts abbreviations, so LoRA's `--r 8` read as an ambiguous `--rdzv-*`/`--role`, and
+    # a training key equal to a launcher option (`--role`, `--debug`) would be taken by the launcher. `--`
+    # ends the launcher's options; the entry drops it.
+    launched_entry = ["-m", "tunebench.train", "--", *training_argv]
     nproc = experiment.num_gpus
     if nproc > 1 and experiment.device_type == "cpu":
         # `accelerate launch --cpu` starts a single process (multi-CPU there means MPI). torchrun is what
         # accelerate's multi-GPU launcher runs underneath; on CPU the Trainer then uses gloo.
         argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--nnodes", "1",
-                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *entry]
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *launched_entry]
     elif nproc > 1:
         launcher = [sys.executable, "-m", "accelerate.commands.launch"]
         if accelerate_config_path:
@@ -90,7 +96,7 @@ def build_launch(
         launcher += ["--num_processes", str(nproc), "--num_machines", "1", "--main_process_port", str(free_port())]
         for key, value in experiment.framework_config.accelerate_args.items():
             launcher += [f"--{key}", str(value)]
-        argv = [*launcher, *entry]
+        argv = [*launcher, *launched_entry]
     else:
         argv = [sys.executable, *entry]
 

@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TUNEBENCH_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--"]:  # the separator a launcher may pass through (see launch.build_launch)
+        argv = argv[1:]
     started = time.time()
     results_json = None
     if "--results_json" in argv:
