@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scanner.collectives import flat_collectives, summarise_trace
-from tunebench.launch import LaunchSpec, free_port, run_process
+from tunebench.execution.launch import LaunchSpec, free_port, run_process
 
 REPO = Path(__file__).resolve().parent.parent
 

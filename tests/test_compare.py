@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tunebench import compare
-from tunebench import compare_rules as rules
+from tunebench.results import compare, compare_cli
+from tunebench.results import compare_rules as rules
 
 GIB = 1024**3
 TP = "train_nonpad_tokens_per_second"
@@ -67,7 +67,7 @@ def run(tmp_path, ref_rows, new_rows, *extra):
     ref = write(tmp_path, "ref.csv", ref_rows)
     new = write(tmp_path, "new.csv", new_rows)
     out = tmp_path / "out"
-    code = compare.main(["--reference", str(ref), "--results", str(new), "--out", str(out), *extra])
+    code = compare_cli.main(["--reference", str(ref), "--results", str(new), "--out", str(out), *extra])
     outliers = pd.read_csv(out / "outliers.csv") if (out / "outliers.csv").exists() else None
     summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
     return code, outliers, summary, out
@@ -314,7 +314,7 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, capsys, case, expected
         args += ["--keys", "scenario,colour"]
     elif case == "unknown_option":
         args += ["--frobnicate"]
-    assert compare.main(args) == 2
+    assert compare_cli.main(args) == 2
     err = capsys.readouterr().err
     for text in expected:
         assert text in err

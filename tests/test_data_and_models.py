@@ -7,12 +7,12 @@ import pytest
 from harness_fixtures import tiny_scenario, write_inputs
 
 from tunebench import cli
-from tunebench.config import FrameworkConfig
-from tunebench.data import prepare_dataset, synthetic_lengths
-from tunebench.expansion import Experiment
-from tunebench.models import PRESETS, build_tokenizer, load_config, resolve_model_source
-from tunebench.runner import skip_reason
-from tunebench.train_args import DataArguments
+from tunebench.execution.runner import skip_reason
+from tunebench.experiment.arguments import DataArguments
+from tunebench.experiment.data import prepare_dataset, synthetic_lengths
+from tunebench.experiment.models import PRESETS, build_tokenizer, load_config, resolve_model_source
+from tunebench.matrix.expansion import Experiment
+from tunebench.matrix.inputs import FrameworkConfig
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_experiments_needing_absent_gpus_are_skipped_with_reason():
 def test_presets_initialise_on_the_host_without_cuda_or_when_asked():
     from types import SimpleNamespace
 
-    from tunebench.train import preset_init_device
+    from tunebench.experiment.train import preset_init_device
 
     state = SimpleNamespace(local_process_index=1)
     training = SimpleNamespace(use_cpu=False, fsdp="", fsdp_config={})

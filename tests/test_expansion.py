@@ -2,9 +2,9 @@
 
 import pytest
 
-from tunebench.config import BASELINE, FrameworkConfig, Scenario
 from tunebench.errors import InputProblem
-from tunebench.expansion import Matrices, expand, split_batch
+from tunebench.matrix.expansion import Matrices, expand, split_batch
+from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
 
 FCS = {BASELINE: FrameworkConfig(BASELINE), "gc": FrameworkConfig("gc", {"gradient_checkpointing": True, "learning_rate": 5.0})}
 

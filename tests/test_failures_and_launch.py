@@ -7,11 +7,11 @@ import subprocess
 import sys
 import time
 
-from tunebench.config import FrameworkConfig
-from tunebench.expansion import Experiment
-from tunebench.failures import classify, last_traceback
-from tunebench.launch import LaunchSpec, build_launch, command_script, run_process, to_argv
-from tunebench.train_args import StrictArgumentParser
+from tunebench.execution.failures import classify, last_traceback
+from tunebench.execution.launch import LaunchSpec, build_launch, command_script, run_process, to_argv
+from tunebench.experiment.arguments import StrictArgumentParser
+from tunebench.matrix.expansion import Experiment
+from tunebench.matrix.inputs import FrameworkConfig
 
 RANK_OOM = """noise
 [rank1]: Traceback (most recent call last):
@@ -62,7 +62,7 @@ def test_command_sh_is_exactly_quoted(tmp_path):
 def test_build_launch_single_and_multi_process(tmp_path):
     exp = Experiment("s", FrameworkConfig("none"), 1, "cpu", {"model_name_or_path": "preset:llama-tiny", "max_steps": 2})
     spec = build_launch(exp, tmp_path, [], None)
-    assert spec.argv[:3] == [sys.executable, "-m", "tunebench.train"]
+    assert spec.argv[:3] == [sys.executable, "-m", "tunebench.experiment.train"]
     assert "--use_cpu" in spec.argv and spec.repro_env["CUDA_VISIBLE_DEVICES"] == ""
     multi = Experiment("s", FrameworkConfig("ddp"), 2, "cuda", {"model_name_or_path": "preset:llama-tiny"})
     spec = build_launch(multi, tmp_path, [2, 3], "accelerate.yaml")
@@ -77,7 +77,7 @@ LORA_ARGS = {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", "
 
 
 def _entry_args_after_launcher(script_args: list[str]) -> tuple:
-    """What tunebench.train does with the arguments a launcher hands it (argparse keeps or drops the `--`
+    """What tunebench.experiment.train does with the arguments a launcher hands it (argparse keeps or drops the `--`
     separator depending on the Python version; the entry accepts both)."""
     return StrictArgumentParser().parse_argv(script_args[1:] if script_args[:1] == ["--"] else script_args)
 
@@ -91,14 +91,14 @@ def test_launchers_hand_every_training_argument_to_the_entry(tmp_path):
     cpu = build_launch(Experiment("s", FrameworkConfig("none"), 2, "cpu", dict(LORA_ARGS)), tmp_path, [], None)
     assert cpu.argv[1:3] == ["-m", "torch.distributed.run"]
     torchrun = get_args_parser().parse_args(cpu.argv[3:])
-    assert torchrun.module and torchrun.training_script == "tunebench.train"
+    assert torchrun.module and torchrun.training_script == "tunebench.experiment.train"
     peft = _entry_args_after_launcher(torchrun.training_script_args)[2]
     assert peft.r == 8 and peft.target_modules == ["q_proj", "v_proj"]
 
     gpu = build_launch(Experiment("s", FrameworkConfig("ddp"), 2, "cuda", dict(LORA_ARGS)), tmp_path, [0, 1],
                        "accelerate.yaml")
     launch = launch_command_parser().parse_args(gpu.argv[3:])
-    assert not launch.debug and launch.training_script == "tunebench.train"
+    assert not launch.debug and launch.training_script == "tunebench.experiment.train"
     script_args = launch.training_script_args
     script_args = script_args[1:] if script_args[:1] == ["--"] else script_args
     assert script_args[script_args.index("--r") + 1] == "8"

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tunebench.gpu_telemetry import (
-    GpuInfo,
-    parse_poll_text,
-    query_gpus,
-    resolve_visible_gpus,
-    summarize_poll_log,
-)
+from tunebench.telemetry.gpus import GpuInfo, query_gpus, resolve_visible_gpus
+from tunebench.telemetry.poll_log import parse_poll_text, summarize_poll_log
 
 FAKES = Path(__file__).parent / "fakes"
 UUID_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"

@@ -68,7 +68,7 @@ def test_experiment_folder_has_logs_config_and_runnable_repro(first_run):
     folder = next(out.glob("fixed-len_*"))
     for name in ("stdout.log", "stderr.log", "command.sh", "config.json", "results.json"):
         assert (folder / name).is_file(), name
-    assert "tunebench.train" in (folder / "command.sh").read_text()
+    assert "tunebench.experiment.train" in (folder / "command.sh").read_text()
 
 
 def test_resume_skips_completed_and_reruns_edited(first_run):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tunebench import report
+from tunebench.results import report
 
 GIB = 1024**3
 DATA = Path(__file__).parent / "data"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tunebench.gpu_telemetry import NVIDIA_SMI_TIME_FORMAT, GpuInfo, query_gpus
-from tunebench.sidecar import NvidiaSmiSidecar
+from tunebench.telemetry.gpus import GpuInfo, query_gpus
+from tunebench.telemetry.poll_log import NVIDIA_SMI_TIME_FORMAT
+from tunebench.telemetry.sidecar import NvidiaSmiSidecar
 
 FAKES = Path(__file__).parent / "fakes"
 REPO = Path(__file__).resolve().parents[1]
@@ -144,8 +145,8 @@ def test_poller_dies_with_a_sigkilled_harness(fake, tmp_path):
         f"""
         import sys, time
         from pathlib import Path
-        from tunebench.gpu_telemetry import query_gpus
-        from tunebench.sidecar import NvidiaSmiSidecar
+        from tunebench.telemetry.gpus import query_gpus
+        from tunebench.telemetry.sidecar import NvidiaSmiSidecar
         with NvidiaSmiSidecar(query_gpus(), Path({str(tmp_path)!r}), loop_ms={LOOP_MS}) as sidecar:
             print(sidecar.poller_pid, flush=True)
             time.sleep(60)

@@ -10,18 +10,20 @@ from pathlib import Path
 
 from transformers.hf_argparser import string_to_bool
 
-from . import results
-from .config import load_defaults, load_framework_configs, load_scenarios
-from .errors import InputError, InputProblem
-from .expansion import Matrices, expand
-from .gpu_telemetry import query_gpus
-from .runner import RunOptions, run_matrix
-from .validation import Sources, validate
+from tunebench.errors import InputError, InputProblem
+from tunebench.execution.runner import RunOptions, run_matrix
+from tunebench.matrix.expansion import Matrices, expand
+from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
+from tunebench.matrix.validation import Sources, validate
+from tunebench.results import summaries as results
+from tunebench.telemetry.gpus import query_gpus
 
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CPU_SCENARIOS = "scenarios-cpu.yaml"
+# Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
+SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report"}
 
 
 def _split(values: list[str]) -> list[str]:
@@ -111,7 +113,7 @@ def plan(options: argparse.Namespace):
     framework_configs = load_framework_configs(options.framework_configs_path, problems)
     accelerate_config = {}
     if Path(options.accelerate_config).is_file():
-        from .config import load_yaml
+        from tunebench.matrix.inputs import load_yaml
         accelerate_config = load_yaml(options.accelerate_config, problems) or {}
     matrices = Matrices(
         num_gpus=_numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
@@ -148,18 +150,18 @@ def plan(options: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("compare", "report"):
+    if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
-        return import_module(f"tunebench.{argv[0]}").main(argv[1:])
+        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     options = build_parser().parse_args(argv)
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         experiments, device_type, gpus, memory_logging = plan(options)
         if options.preload_models:
-            from .preparation import preload_models
+            from tunebench.execution.preparation import preload_models
             preload_models(experiments)
         if not options.dry_run:
-            from .preparation import preprocess_data
+            from tunebench.execution.preparation import preprocess_data
             preprocess_data(experiments, build=not options.no_data_processing)
     except InputError as exc:
         print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(results.summary_table(frame))
     print(f"wrote {output_dir / results.RAW_SUMMARY} and {output_dir / results.BENCHMARKS}")
     if options.compare_with:
-        from .compare import CompareInputError, compare_paths
+        from tunebench.results.compare import CompareInputError, compare_paths
         try:
             outcome = compare_paths(options.compare_with, str(output_dir), str(output_dir / "compare"),
                                     thresholds=options.compare_threshold)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tunebench.gpu_telemetry import query_gpus, resolve_visible_gpus, run_nvidia_smi  # noqa: E402
-from tunebench.sidecar import NvidiaSmiSidecar  # noqa: E402
+from tunebench.telemetry.gpus import query_gpus, resolve_visible_gpus, run_nvidia_smi  # noqa: E402
+from tunebench.telemetry.sidecar import NvidiaSmiSidecar  # noqa: E402
 
 logger = logging.getLogger(__name__)
 MIB = 2**20
@@ -119,7 +119,7 @@ def main() -> None:
         worker(args)
         return
 
-    # The harness's setting: CUDA ordinals in PCI bus order, as nvidia-smi enumerates (see gpu_telemetry).
+    # The harness's setting: CUDA ordinals in PCI bus order, as nvidia-smi enumerates (see tunebench.telemetry.gpus).
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     gpus = resolve_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), query_gpus())[: args.num_gpus]
     if len(gpus) < args.num_gpus:

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from tunebench import compare_rules as rules
+from tunebench.results import compare_rules as rules
 
 logger = logging.getLogger(__name__)
 

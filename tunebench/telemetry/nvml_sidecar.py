@@ -2,7 +2,7 @@
 
 Standalone on purpose (stdlib + pynvml only): the sidecar runs it by file path, so the poller process imports
 neither torch nor tunebench. Usage:
-    python -m tunebench.nvml_sidecar --ids GPU-aaa,GPU-bbb [--loop-ms 100]
+    python -m tunebench.telemetry.nvml_sidecar --ids GPU-aaa,GPU-bbb [--loop-ms 100]
 Without --loop-ms it prints one sample per GPU and exits, like nvidia-smi without -lms.
 """
 
@@ -51,7 +51,7 @@ def _memory_info(handle):
 
 
 def sample_line(handle, uuid: str) -> str:
-    """One CSV line in gpu_telemetry.POLL_FIELDS order for one GPU."""
+    """One CSV line in poll_log.POLL_FIELDS order for one GPU."""
     import pynvml
 
     now = datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]

@@ -1,26 +1,23 @@
-"""Regression comparison of benchmark results against a reference CSV (joins, judges, writes outliers/summary).
+"""Regression comparison of results against a reference CSV: join, judge every metric, write the findings.
 
-Usage: ``python benchmark.py compare --reference refs/cpu.csv --results results/ [--out DIR]
-[--keys a,b] [--threshold mfu=5 ...] [--direction train_loss=ignore ...] [--metrics 'scan_mem_*' ...]``.
-Exit code 0 = no regression, 1 = regression, 2 = usage or input error. Rules: see tunebench.compare_rules.
+The command line is tunebench.results.compare_cli; the rules (families, thresholds, noise bands) are
+tunebench.results.compare_rules.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tunebench import compare_rules as rules
-from tunebench.compare_rules import canonical, experiment_labels, first_error_line, judge
 from tunebench.fileio import write_atomic
+from tunebench.results import compare_rules as rules
+from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 
 logger = logging.getLogger(__name__)
 
@@ -308,7 +305,7 @@ def compare_frames(
         notes=notes,
         environment=_environment_diff(reference, results),
     )
-    from tunebench.report import render_markdown  # report.py holds all rendering and imports this module
+    from tunebench.results.compare_markdown import render_markdown  # it imports this module: imported late
 
     result.markdown = render_markdown(result)
     return result
@@ -322,12 +319,12 @@ def write_outputs(result: CompareResult, out_dir: Path, charts: bool = True) -> 
         write_atomic(out_dir / name, frame.to_csv(index=False))
         files.append(out_dir / name)
     if charts and not result.comparison.empty:
-        from tunebench import charts as ch  # matplotlib is imported only when charts are wanted
+        from tunebench.results import charts as ch  # matplotlib is imported only when charts are wanted
 
         for name, png in ch.comparison_charts(result.comparison).items():
             write_atomic(out_dir / name, png)
             files.append(out_dir / name)
-    from tunebench.report import render_markdown  # report.py holds all rendering and imports this module
+    from tunebench.results.compare_markdown import render_markdown  # it imports this module: imported late
 
     result.files = files + [out_dir / "summary.md"]
     result.markdown = render_markdown(result)
@@ -373,64 +370,3 @@ def compare_paths(
     out = Path(out_dir) if out_dir is not None else results_csv.parent / "compare"
     write_outputs(result, out, charts=charts)
     return result
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
-    p.add_argument("--reference", required=True, help="reference CSV (e.g. refs/cpu.csv)")
-    p.add_argument("--results", required=True, help="results directory (uses raw_summary.csv) or a CSV")
-    p.add_argument("--out", default=None, help="output directory (default: <results dir>/compare)")
-    p.add_argument(
-        "--keys", default=None, help=f"comma-separated join columns (default: {','.join(rules.DEFAULT_KEYS)})"
-    )
-    p.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        metavar="METRIC=PCT",
-        help="threshold in %% per metric, glob or family (throughput, memory, time, loss, energy)",
-    )
-    p.add_argument(
-        "--direction",
-        action="append",
-        default=[],
-        metavar="METRIC=DIR",
-        help=f"direction per metric, glob or family: {', '.join(rules.DIRECTIONS)}",
-    )
-    p.add_argument("--metrics", nargs="+", default=None, help="only these metric columns (names or globs)")
-    p.add_argument(
-        "--allow_missing",
-        action="store_true",
-        help="reference rows absent from the results are reported but are not a regression",
-    )
-    p.add_argument("--no_charts", action="store_true", help="skip the PNG charts")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: 0 = no regression, 1 = regression, 2 = usage or input error."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
-    keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
-    try:
-        result = compare_paths(
-            args.reference,
-            args.results,
-            args.out,
-            keys=keys,
-            thresholds=args.threshold,
-            directions=args.direction,
-            metrics=args.metrics,
-            allow_missing=args.allow_missing,
-            charts=not args.no_charts,
-        )
-    except CompareInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(result.markdown)
-    n = int(result.outliers["regression"].sum())
-    print(f"{n} regression(s); outputs in {result.files[-1].parent}", file=sys.stderr)
-    return result.exit_code

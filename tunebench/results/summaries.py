@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from .fileio import write_atomic
+from tunebench.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 

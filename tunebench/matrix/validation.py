@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputProblem
-from .expansion import Experiment
-from .launch import entry_arguments, to_argv
-from .models import resolve_model_source
-from .train_args import ArgumentError, StrictArgumentParser
+from tunebench.errors import InputProblem
+from tunebench.execution.launch import entry_arguments, to_argv
+from tunebench.experiment.arguments import ArgumentError, StrictArgumentParser
+from tunebench.experiment.models import resolve_model_source
+from tunebench.matrix.expansion import Experiment
 
 logger = logging.getLogger(__name__)
 

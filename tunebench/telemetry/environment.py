@@ -40,8 +40,8 @@ def git_sha() -> str | None:
 
 
 def environment_columns(device_type: str, gpus: list | None = None) -> dict[str, object]:
-    """Environment columns; `gpus` as `gpu_telemetry.query_gpus()` returns them (queried when None)."""
-    from .gpu_telemetry import query_gpus
+    """Environment columns; `gpus` as `gpus.query_gpus()` returns them (queried when None)."""
+    from tunebench.telemetry.gpus import query_gpus
 
     gpus = query_gpus() if gpus is None else gpus
     return {

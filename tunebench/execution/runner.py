@@ -12,11 +12,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import results
-from .expansion import Experiment
-from .failures import classify
-from .fileio import write_atomic
-from .launch import build_launch, command_script, run_process
+from tunebench.execution.failures import classify
+from tunebench.execution.launch import build_launch, command_script, run_process
+from tunebench.fileio import write_atomic
+from tunebench.matrix.expansion import Experiment
+from tunebench.results import summaries as results
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ def _clear_previous_attempt(folder: Path) -> None:
 def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: RunOptions):
     if not (options.log_nvidia_smi and experiment.device_type == "cuda"):
         return contextlib.nullcontext(None)
-    from .gpu_telemetry import query_gpus, resolve_visible_gpus
-    from .sidecar import NvidiaSmiSidecar
+    from tunebench.telemetry.gpus import query_gpus, resolve_visible_gpus
+    from tunebench.telemetry.sidecar import NvidiaSmiSidecar
 
     try:
         gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError, InputProblem
+from tunebench.errors import InputError, InputProblem
 
 logger = logging.getLogger(__name__)
 

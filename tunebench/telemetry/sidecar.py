@@ -14,14 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from tunebench.gpu_telemetry import (
-    POLL_FIELDS,
-    QUERY_TIMEOUT_S,
-    GpuInfo,
-    empty_summary,
-    parse_poll_text,
-    summarize_poll_log,
-)
+from tunebench.telemetry.gpus import QUERY_TIMEOUT_S, GpuInfo
+from tunebench.telemetry.poll_log import POLL_FIELDS, empty_summary, parse_poll_text, summarize_poll_log
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +235,7 @@ class NvidiaSmiSidecar:
     def summary(
         self, nonpad_tokens: int | None, *, energy_window: tuple[float, float] | None = None
     ) -> dict[str, float | int | None]:
-        """Sidecar columns (see gpu_telemetry.summarize_poll_log); all None if the sidecar failed."""
+        """Sidecar columns (see poll_log.summarize_poll_log); all None if the sidecar failed."""
         if not self._exited:
             raise RuntimeError("NvidiaSmiSidecar.summary() called before the with-block ended")
         if self.failure is not None or not self.poll_csv.exists():

@@ -1,4 +1,4 @@
-"""Training entry of one experiment (`python -m tunebench.train --key value ...`): TRL SFTTrainer, results.json."""
+"""Training entry of one experiment (`python -m tunebench.experiment.train --key value ...`): TRL SFTTrainer, results.json."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .fileio import write_atomic
-from .train_args import StrictArgumentParser
+from tunebench.experiment.arguments import StrictArgumentParser
+from tunebench.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -125,10 +125,10 @@ def run(argv: list[str]) -> dict[str, Any]:
     from accelerate import PartialState
     from trl import SFTTrainer
 
-    from .data import prepare_dataset
-    from .environment import environment_columns
-    from .flops import mfu, training_flops
-    from .models import build_tokenizer, load_model
+    from tunebench.experiment.data import prepare_dataset
+    from tunebench.experiment.flops import mfu, training_flops
+    from tunebench.experiment.models import build_tokenizer, load_model
+    from tunebench.telemetry.environment import environment_columns
 
     model_args, data_args, peft_args, bench_args, sft_config = StrictArgumentParser().parse_argv(argv)
     memory_logging = parse_memory_logging(bench_args.memory_logging)
@@ -192,7 +192,7 @@ def gather_scan_metrics(local: dict[str, Any]) -> dict[str, Any]:
     """Every rank's scan metrics, merged on all ranks (max / min / mean per category, summed throughput)."""
     import torch.distributed as dist
 
-    from .rank_merge import merge_rank_metrics
+    from tunebench.experiment.rank_merge import merge_rank_metrics
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return local

@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import BASELINE, FrameworkConfig, Scenario
-from .data import dataset_fingerprint
-from .errors import InputProblem
+from tunebench.errors import InputProblem
+from tunebench.experiment.data import dataset_fingerprint
+from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
 
 logger = logging.getLogger(__name__)
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .errors import InputError, InputProblem
-from .expansion import Experiment
-from .launch import entry_arguments, to_argv
-from .train_args import StrictArgumentParser
+from tunebench.errors import InputError, InputProblem
+from tunebench.execution.launch import entry_arguments, to_argv
+from tunebench.experiment.arguments import StrictArgumentParser
+from tunebench.matrix.expansion import Experiment
 
 logger = logging.getLogger(__name__)
 
 
 def preload_models(experiments: list[Experiment]) -> None:
     """Load config + tokenizer of every model now, so a typo fails in seconds, not hours into the matrix."""
-    from .models import build_tokenizer, load_config
+    from tunebench.experiment.models import build_tokenizer, load_config
 
     problems = []
     for name in sorted({e.model_name_or_path for e in experiments}):
@@ -35,8 +35,8 @@ def preprocess_data(experiments: list[Experiment], build: bool = True) -> None:
     With `build=False` (`--no_data_processing`) nothing is built: a missing cache entry is an input error,
     reported before anything launches.
     """
-    from .data import cache_key, default_cache_dir, prepare_dataset
-    from .models import build_tokenizer
+    from tunebench.experiment.data import cache_key, default_cache_dir, prepare_dataset
+    from tunebench.experiment.models import build_tokenizer
 
     parser = StrictArgumentParser()
     done: set[str] = set()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .expansion import Experiment
+from tunebench.matrix.expansion import Experiment
 
 logger = logging.getLogger(__name__)
 
@@ -75,14 +75,14 @@ def build_launch(
     accelerate_config_path: str | None,
     extra_env: dict[str, str] | None = None,
 ) -> LaunchSpec:
-    """One process: `python -m tunebench.train`; N processes: `accelerate launch` with a free port."""
+    """One process: `python -m tunebench.experiment.train`; N processes: `accelerate launch` with a free port."""
     training_argv = to_argv(entry_arguments(experiment, output_dir))
-    entry = ["-m", "tunebench.train", *training_argv]
+    entry = ["-m", "tunebench.experiment.train", *training_argv]
     # A launcher parses its own options out of the whole command line before it hands the rest to the script:
     # torchrun's parser accepts abbreviations, so LoRA's `--r 8` read as an ambiguous `--rdzv-*`/`--role`, and
     # a training key equal to a launcher option (`--role`, `--debug`) would be taken by the launcher. `--`
     # ends the launcher's options; the entry drops it.
-    launched_entry = ["-m", "tunebench.train", "--", *training_argv]
+    launched_entry = ["-m", "tunebench.experiment.train", "--", *training_argv]
     nproc = experiment.num_gpus
     if nproc > 1 and experiment.device_type == "cpu":
         # `accelerate launch --cpu` starts a single process (multi-CPU there means MPI). torchrun is what
