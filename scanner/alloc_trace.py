@@ -180,7 +180,7 @@ class AllocatorTrace:
             self.recording = False
 
 
-# Indices into a probe state tuple (see StepProbe._sample).
+# Indices into a probe state tuple (see MemoryProbe._sample).
 PHASE, SAVED, GRADS, OPTIMIZER, RC_BASE, RC_UPTO, CLAIMS_PREVIOUS = range(7)
 
 

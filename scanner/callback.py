@@ -1,11 +1,9 @@
-"""The `Scanner` TrainerCallback: arms the probe for the scanned step(s) and emits the report."""
+"""The `Scanner` TrainerCallback: arms the memory probe and the time window, and emits the report."""
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import tempfile
 import time
 import weakref
 from typing import Any
@@ -13,11 +11,13 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .collectives import CollectiveRecorder
 from .memory import device_memory_used, host_rss, process_start_epoch
+from .memory_probe import MemoryProbe
 from .options import JSON_SUFFIXES, make_options
-from .probe import StepProbe
-from .report import ScanReport, build_step_report
+from .outputs import atomic_via_tmp, atomic_write, distributed_world, rank_path, rank_world
+from .report import ScanReport, build_step_report, build_time_report
+from .step_profiler import StepProfiler
+from .time_window import TimeWindow
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,9 @@ class Scanner(TrainerCallback):
     with all its gradient-accumulation micro-batches. Its time window runs from the end of step N-1
     (`on_step_end`, or `on_epoch_begin` for an epoch's first step) to its own `on_step_end`, so data loading
     for step N, and any logging/saving/evaluation that followed step N-1, fall in its "other" phase.
-    Outside the scanned range the callback costs one integer compare per event.
+    Memory is measured on `steps`; phase times on `time_steps` (default: five steps starting two after the
+    memory-scanned ones), which carry only the light phase hooks. Outside both ranges the callback costs one
+    integer compare per event.
     """
 
     def __init__(
@@ -41,20 +43,22 @@ class Scanner(TrainerCallback):
         profile_trace: Any = None,
         all_ranks: bool = False,
         collectives: Any = "auto",
+        time_steps: Any = "auto",
     ):
         self.options = make_options(
-            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives
+            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives, time_steps
         )
         self.report: ScanReport | None = None
         self.trainer_ref: weakref.ref | None = None  # set by autoinject, else found at on_train_begin
-        self._probe: StepProbe | None = None
+        self._probe: MemoryProbe | None = None
+        self._window: TimeWindow | None = None
+        self._pending: ScanReport | None = None  # memory scanned, waiting for the time window
         self._records: list = []
         self._init_time: float | None = None
         self._saves: list = []
         self._saves_emitted = 0
         self._last_event = time.perf_counter()
-        self._profiler = None
-        self._collectives: CollectiveRecorder | None = None
+        self._profiler: StepProfiler | None = None
         self._recording_history = False
 
     # ------------------------------------------------------------------ public helpers
@@ -67,30 +71,32 @@ class Scanner(TrainerCallback):
         if self._probe is not None:
             self._probe.remove()
             self._probe = None
+        if self._window is not None:
+            self._window.remove()
         self._stop_extras(write=False)
 
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self.close()
-        self._records = []
-        self._saves = []
-        self._saves_emitted = 0
+        self._records, self._saves, self._saves_emitted, self._pending = [], [], 0, None
+        opts = self.options
+        self._window = TimeWindow(opts.time_first, opts.time_last) if opts.time_first is not None else None
         if self.trainer_ref is None:
             trainer = _find_trainer()
             self.trainer_ref = weakref.ref(trainer) if trainer is not None else None
-        if state.global_step >= self.options.first_step:
+        if state.global_step >= opts.first_step:
             logger.warning(
                 "Scanner: training resumes at step %d, past the scanned step %d; nothing will be scanned",
                 state.global_step,
-                self.options.first_step,
+                opts.first_step,
             )
         self._maybe_arm(state, model, optimizer)
 
     def on_epoch_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         probe = self._probe
-        if probe is not None and probe._rec is not None and probe._rec.micro_batches == 0:
+        if probe is not None and probe.open_record is not None and probe.open_record.micro_batches == 0:
             probe.restart(None)  # the epoch's bookkeeping since the last step end is not step time
-        else:
+        elif not (self._window is not None and self._window.restart_if_idle()):
             self._maybe_arm(state, model, optimizer)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -101,21 +107,21 @@ class Scanner(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._last_event = time.perf_counter()
         probe = self._probe
-        if probe is None:
-            self._maybe_arm(state, model, optimizer)
-            return
-        if probe.aborted or not probe.installed:
+        if probe is not None and (probe.aborted or not probe.installed):
             self._abandon("the scanned step raised")
-            return
-        rec = probe._rec
-        if rec is None or rec.step != state.global_step:
-            return
-        rec, end_mark = probe.end_step()
-        self._records.append(rec)
-        if state.global_step >= self.options.last_step:
-            self._finish(args, state)
-        else:
-            probe.begin_step(state.global_step + 1, end_mark)
+        elif probe is not None:
+            rec = probe.open_record
+            if rec is not None and rec.step == state.global_step:
+                rec, end_mark = probe.end_step()
+                self._records.append(rec)
+                if state.global_step >= self.options.last_step:
+                    self._finish_memory(args)
+                else:
+                    probe.begin_step(state.global_step + 1, end_mark)
+        if self._window is not None:
+            self._window.on_step_end(state.global_step)
+        self._maybe_arm(state, model, optimizer)
+        self._maybe_emit(args, state)
 
     def on_log(self, args, state, control, **kwargs):
         self._last_event = time.perf_counter()
@@ -133,45 +139,57 @@ class Scanner(TrainerCallback):
             done = len(self._records)
             if done and not self._probe.aborted:
                 logger.warning("Scanner: training ended inside the scanned range; reporting %d step(s)", done)
-                self._probe.clock.synchronize()
-                self._finish(args, state)
+                self._finish_memory(args)
             else:
                 self._abandon(
                     f"training ended at step {state.global_step}, before step {self.options.first_step}"
                 )
-        elif self.report is None:
+        elif self.report is None and self._pending is None:
             logger.warning(
                 "Scanner: training ended at step %d, before the scanned step %d; no report",
                 state.global_step,
                 self.options.first_step,
             )
+        if self._window is not None and not self._window.closed:
+            self._window.close()
+        if self._pending is not None and self._window is not None and not self._window.ready():
+            self._window.clock.synchronize()  # training is over: a sync costs nothing now
+        self._maybe_emit(args, state, train_ended=True)
         if self.report is not None and len(self._saves) > self._saves_emitted:
             self.report.checkpoint_saves = list(self._saves)
             self._write_files(self.report, args)  # refresh files with saves that came after the scan
 
     # ------------------------------------------------------------------ internals
     def _maybe_arm(self, state, model, optimizer) -> None:
-        if state.global_step + 1 != self.options.first_step or model is None:
+        if self._window is not None:
+            self._window.maybe_arm(state.global_step, model, optimizer)
+        if self._probe is not None or state.global_step + 1 != self.options.first_step or model is None:
             return
-        self._probe = StepProbe(model, optimizer, keep_stacks=bool(self.options.memory_snapshot))
+        self._probe = MemoryProbe(model, optimizer, keep_stacks=bool(self.options.memory_snapshot))
+        # No trainer callback follows a step that raised: the profiler and allocator history stop here.
+        self._probe.on_abort = lambda: self._stop_extras(write=False)
         self._start_extras(self._probe)
         self._probe.begin_step(self.options.first_step)
 
     def _abandon(self, why: str) -> None:
         logger.warning("Scanner: %s; hooks removed, no report", why)
-        self.close()
+        if self._probe is not None:
+            self._probe.remove()
+            self._probe = None
+        self._stop_extras(write=False)
         self._records = []
 
-    def _finish(self, args, state) -> None:
+    def _finish_memory(self, args) -> None:
+        """Resolve the memory-scanned steps (one host sync, on a step whose time is not reported)."""
         probe = self._probe
         snapshot_by_probe = None
         try:
-            probe.clock.synchronize()  # the only host sync of the scan: resolves every event at once
+            probe.clock.synchronize()  # resolves every event of the memory steps at once
             if probe.trace is not None:
                 # the probe's allocator history doubles as the memory_viz snapshot when one is asked for
                 snapshot_by_probe = self.options.memory_snapshot or None
                 if snapshot_by_probe:
-                    _atomic_via_tmp(snapshot_by_probe, lambda tmp: probe.resolve(self._records, tmp))
+                    atomic_via_tmp(snapshot_by_probe, lambda tmp: probe.resolve(self._records, tmp))
                 else:
                     probe.resolve(self._records)
             rss, nvml = host_rss(), device_memory_used(probe.device)
@@ -179,30 +197,40 @@ class Scanner(TrainerCallback):
         finally:
             probe.remove()
             self._probe = None
-        rank, world = _rank_world(args)
-        collectives = self._collectives.stop(world) if self._collectives is not None else None
-        self._collectives = None
-        snapshot, trace = self._stop_extras(write=True)
-        snapshot = snapshot or snapshot_by_probe
-        if collectives is not None and self.options.profile_trace:
-            trace = self.options.profile_trace
-        self.report = ScanReport(
+        rank, world = rank_world(args)
+        collectives, attention, trace, snapshot = self._stop_extras(write=True)
+        self._pending = ScanReport(
             steps=steps,
             rank=rank,
             world_size=world,
             device=str(probe.device),
             init_time=self._init_time,
             checkpoint_saves=list(self._saves),
-            memory_snapshot=snapshot,
+            memory_snapshot=snapshot or snapshot_by_probe,
             profile_trace=trace,
             collectives=collectives,
+            attention=attention,
             versions={"torch": torch.__version__, "transformers": _transformers_version()},
         )
         self._records = []
-        self._emit(self.report, args, state)
+
+    def _maybe_emit(self, args, state, train_ended: bool = False) -> None:
+        """Emit once memory is done and the time window is read (or can no longer happen)."""
+        report, window = self._pending, self._window
+        if report is None:
+            return
+        unreachable = window is not None and window.probe is None and not window.records and (
+            0 < state.max_steps < window.first)  # training ends before the window: times from the memory steps
+        if window is not None and not (train_ended or unreachable or window.ready()):
+            return
+        if window is not None:
+            report.time_steps = [build_time_report(r, window.clock) for r in window.records] if window.records else []
+        self._pending, self.report = None, report
+        self._emit(report, args, state)
 
     def _emit(self, report: ScanReport, args, state) -> None:
         self._saves_emitted = len(self._saves)
+        report.checkpoint_saves = list(self._saves)
         for out in self.options.outputs:
             if callable(out):
                 out(report)
@@ -215,7 +243,7 @@ class Scanner(TrainerCallback):
     def _write_files(self, report: ScanReport, args) -> None:
         for out in self.options.outputs:
             if isinstance(out, str) and out != "stdout":
-                path = _rank_path(out, report.rank, report.world_size)
+                path = rank_path(out, report.rank, report.world_size)
                 text = report.to_json() if path.lower().endswith(JSON_SUFFIXES) else report.to_text() + "\n"
                 atomic_write(path, text.encode())
 
@@ -231,7 +259,7 @@ class Scanner(TrainerCallback):
         else:
             state.log_history.append({**logs, "step": state.global_step})
 
-    def _start_extras(self, probe: StepProbe) -> None:
+    def _start_extras(self, probe: MemoryProbe) -> None:
         device = probe.device
         if self.options.memory_snapshot and probe.trace is None:
             if device.type == "cuda":
@@ -239,76 +267,28 @@ class Scanner(TrainerCallback):
                 self._recording_history = True
             else:
                 logger.warning("Scanner: memory_snapshot needs CUDA; skipped on %s", device)
-        if _record_collectives(self.options.collectives):
-            # One profiler serves both: the collective counts and, if asked for, the trace file.
-            trace_path = _rank_path(self.options.profile_trace, *_rank_world(None)) if self.options.profile_trace else None
-            self._collectives = CollectiveRecorder(device.type, trace_path)
-            self._collectives.start()
-        elif self.options.profile_trace:
-            acts = [torch.profiler.ProfilerActivity.CPU]
-            if device.type == "cuda":
-                acts.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profiler = torch.profiler.profile(activities=acts)
-            self._profiler.start()
+        collectives = _record_collectives(self.options.collectives)
+        trace_path = rank_path(self.options.profile_trace, *rank_world()) if self.options.profile_trace else None
+        self._profiler = StepProfiler(device.type, collectives, trace_path)
+        self._profiler.start()
 
-    def _stop_extras(self, write: bool) -> tuple[str | None, str | None]:
-        snapshot = trace = None
-        if self._collectives is not None:  # scan abandoned: stop profiling, keep nothing
-            self._collectives.stop(1, write=False)
-            self._collectives = None
+    def _stop_extras(self, write: bool) -> tuple[dict | None, dict | None, str | None, str | None]:
+        """(collectives, attention, trace path, snapshot path) of the memory-scanned step(s)."""
+        collectives = attention = trace = snapshot = None
+        if self._profiler is not None:
+            profiler, self._profiler = self._profiler, None
+            collectives, attention, trace = profiler.stop(rank_world()[1], write=write)
         if self._recording_history:
             self._recording_history = False
             if write:
                 snapshot = self.options.memory_snapshot
-                _atomic_via_tmp(snapshot, torch.cuda.memory._dump_snapshot)
+                atomic_via_tmp(snapshot, torch.cuda.memory._dump_snapshot)
             torch.cuda.memory._record_memory_history(enabled=None)
-        if self._profiler is not None:
-            prof, self._profiler = self._profiler, None
-            prof.stop()
-            if write:
-                trace = self.options.profile_trace
-                _atomic_via_tmp(trace, prof.export_chrome_trace)
-        return snapshot, trace
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` through a temp file in the same directory and os.replace."""
-    _atomic_via_tmp(path, lambda tmp: open(tmp, "wb").write(data))
-
-
-def _atomic_via_tmp(path: str, writer) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".scan-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        writer(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _rank_path(path: str, rank: int, world: int) -> str:
-    if world <= 1:
-        return path
-    stem, ext = os.path.splitext(path)
-    return f"{stem}.rank{rank}{ext}"
+        return collectives, attention, trace, snapshot
 
 
 def _record_collectives(option) -> bool:
-    if option == "auto":
-        return torch.distributed.is_available() and torch.distributed.is_initialized() and (
-            torch.distributed.get_world_size() > 1
-        )
-    return bool(option)
-
-
-def _rank_world(args) -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(getattr(args, "process_index", 0) or 0), int(getattr(args, "world_size", 1) or 1)
+    return distributed_world() if option == "auto" else bool(option)
 
 
 def _transformers_version() -> str:

@@ -19,6 +19,9 @@ class CpuClock:
     def synchronize(self) -> None:
         pass
 
+    def reached(self, mark: int) -> bool:
+        return True
+
 
 class CudaClock:
     """Timestamps are CUDA events recorded on the current stream; reading them needs one sync at the end.
@@ -40,6 +43,10 @@ class CudaClock:
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def reached(self, mark: torch.cuda.Event) -> bool:
+        """Whether the device has passed `mark` (cudaEventQuery: never blocks, so never a host sync)."""
+        return mark.query()
 
 
 def make_clock(device: torch.device) -> CpuClock | CudaClock:

@@ -13,10 +13,7 @@ all-gather counts the gathered tensor, a reduce-scatter the unsharded input, an 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -162,39 +159,6 @@ def summarise_trace(trace: dict[str, Any], world_size: int) -> dict[str, Any]:
         "time_s": total_time,
         "exposed_time_s": _exposed(comm_kernels, compute_kernels) / 1e6 if comm_kernels else None,
     }
-
-
-class CollectiveRecorder:
-    """A profiler session around the scanned step(s); `stop()` returns the collective summary."""
-
-    def __init__(self, device_type: str, trace_path: str | None = None):
-        import torch
-
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if device_type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.trace_path = trace_path  # also keep the trace when the user asked for one
-        self.profiler = torch.profiler.profile(activities=activities, record_shapes=True)
-
-    def start(self) -> None:
-        self.profiler.start()
-
-    def stop(self, world_size: int, write: bool = True) -> dict[str, Any] | None:
-        self.profiler.stop()
-        if not write:
-            return None
-        fd, tmp = tempfile.mkstemp(suffix=".json", prefix=".scan-comm-")
-        os.close(fd)
-        try:
-            self.profiler.export_chrome_trace(tmp)
-            with open(tmp) as handle:
-                trace = json.load(handle)
-            if self.trace_path:
-                os.replace(tmp, self.trace_path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return summarise_trace(trace, world_size)
 
 
 def flat_collectives(summary: dict[str, Any] | None, prefix: str = "scan_comm_") -> dict[str, Any]:

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TEXT_SUFFIXES = (".txt", ".log")
+# `time_steps="auto"`: this many timed steps, starting this many steps after the last memory-scanned step (the
+# step right after it pays for the scan's end-of-step host work and sync, so it is left out).
+AUTO_TIME_STEPS = 5
+AUTO_TIME_GAP = 2
 JSON_SUFFIXES = (".json",)
 
 
@@ -23,16 +27,21 @@ class ScanOptions:
     profile_trace: str | None = None  # chrome-trace .json of the scanned step(s)
     all_ranks: bool = False  # print to stdout on every rank, not only rank 0
     collectives: str | bool = "auto"  # collective accounting; "auto" = when torch.distributed has >1 rank
+    time_first: int | None = None  # timed steps (phase hooks only); None = times come from the memory steps
+    time_last: int | None = None
     extra: dict = field(default_factory=dict)
 
     @property
     def steps(self) -> range:
         return range(self.first_step, self.last_step + 1)
 
+    @property
+    def time_window(self) -> range | None:
+        return range(self.time_first, self.time_last + 1) if self.time_first is not None else None
 
-def parse_steps(steps: Any) -> tuple[int, int]:
+
+def parse_steps(steps: Any, where: str = "Scanner(steps=...)") -> tuple[int, int]:
     """Accept 5, "5", "5-7", (5, 7), [5, 6, 7] or range(5, 8); return (first, last)."""
-    where = "Scanner(steps=...)"
     if isinstance(steps, bool):
         raise ValueError(f"{where}: got a bool; give an optimizer step number such as 5 or a range '5-7'")
     if isinstance(steps, int):
@@ -102,6 +111,23 @@ def parse_outputs(output: Any) -> tuple:
     return tuple(out)
 
 
+def parse_time_steps(time_steps: Any, memory_first: int, memory_last: int) -> tuple[int | None, int | None]:
+    """"auto" (AUTO_TIME_STEPS steps from the last memory step + AUTO_TIME_GAP), None/"off", or steps as in
+    `parse_steps`, which must not overlap the memory-scanned steps."""
+    if time_steps is None or time_steps is False or time_steps == "off":
+        return None, None
+    if time_steps == "auto":
+        first = memory_last + AUTO_TIME_GAP
+        return first, first + AUTO_TIME_STEPS - 1
+    first, last = parse_steps(time_steps, "Scanner(time_steps=...)")
+    if first <= memory_last and last >= memory_first:
+        raise ValueError(
+            f"Scanner(time_steps=...): {first}-{last} overlaps the memory-scanned steps {memory_first}-{memory_last};"
+            " timed steps must carry no memory hooks, so give steps outside that range (or 'auto')"
+        )
+    return first, last
+
+
 def make_options(
     steps: Any = 5,
     output: Any = "stdout",
@@ -110,8 +136,10 @@ def make_options(
     profile_trace: Any = None,
     all_ranks: bool = False,
     collectives: Any = "auto",
+    time_steps: Any = "auto",
 ) -> ScanOptions:
     first, last = parse_steps(steps)
+    time_first, time_last = parse_time_steps(time_steps, first, last)
     if collectives not in ("auto", True, False):
         raise ValueError(f"Scanner(collectives=...): expected 'auto', True or False, got {collectives!r}")
     for name, flag in (("log_to_trainer", log_to_trainer), ("all_ranks", all_ranks)):
@@ -128,4 +156,6 @@ def make_options(
         profile_trace=trace,
         collectives=collectives,
         all_ranks=all_ranks,
+        time_first=time_first,
+        time_last=time_last,
     )

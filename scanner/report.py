@@ -1,4 +1,4 @@
-"""The scan report: per-step measurements, their median over a step range, JSON/text/flat-metric views."""
+"""The scan report: memory-scanned and timed steps, their summary, and its JSON/text/flat-metric views."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ RATE_FIELDS = ("tokens_per_second", "nonpad_tokens_per_second")
 
 
 @dataclass
-class StepReport:
-    """One scanned optimizer step. Times in seconds, sizes in bytes; None = not measurable on this device."""
+class TimeStepReport:
+    """One timed step (phase hooks only). Times in seconds."""
 
     step: int
     micro_batches: int
@@ -50,6 +50,26 @@ class StepReport:
     time_clip: float
     time_optimizer: float
     time_other: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.time_step if self.time_step > 0 else 0.0
+
+    @property
+    def nonpad_tokens_per_second(self) -> float:
+        return self.nonpad_tokens / self.time_step if self.time_step > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tokens_per_second"] = self.tokens_per_second
+        d["nonpad_tokens_per_second"] = self.nonpad_tokens_per_second
+        return d
+
+
+@dataclass
+class StepReport(TimeStepReport):
+    """One memory-scanned optimizer step. Sizes in bytes; None = not measurable on this device."""
+
     mem_params: int
     mem_buffers: int
     mem_grads: int
@@ -71,24 +91,9 @@ class StepReport:
     phase_peaks: dict = field(default_factory=dict)
     boundaries: list = field(default_factory=list)
 
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.time_step if self.time_step > 0 else 0.0
 
-    @property
-    def nonpad_tokens_per_second(self) -> float:
-        return self.nonpad_tokens / self.time_step if self.time_step > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["tokens_per_second"] = self.tokens_per_second
-        d["nonpad_tokens_per_second"] = self.nonpad_tokens_per_second
-        return d
-
-
-def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> StepReport:
-    """Resolve a closed StepRecord (after the end-of-scan sync) into a StepReport."""
-    clock = probe.clock
+def phase_times(rec, clock) -> dict[str, Any]:
+    """Step and phase seconds plus token counts of a closed StepRecord whose marks the device has passed."""
 
     def total(intervals) -> float:
         return sum(clock.elapsed(a, b) for a, b in intervals if a is not None and b is not None)
@@ -101,18 +106,20 @@ def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> Ste
     # "other" is defined as the remainder so the phases add up to the measured step time exactly.
     other = step_t - fwd - bwd - opt - clip
     nonpad = sum(int(x.item()) if isinstance(x, torch.Tensor) else int(x) for x in rec.nonpad)
+    return dict(step=rec.step, micro_batches=rec.micro_batches, tokens=rec.tokens, nonpad_tokens=nonpad,
+                time_step=step_t, time_forward=fwd, time_backward=bwd, time_clip=clip, time_optimizer=opt,
+                time_other=other)
+
+
+def build_time_report(rec, clock) -> TimeStepReport:
+    return TimeStepReport(**phase_times(rec, clock))
+
+
+def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> StepReport:
+    """Resolve a closed memory-scanned StepRecord (after the end-of-scan sync) into a StepReport."""
     on_cuda = probe.alloc is not None
     r = StepReport(
-        step=rec.step,
-        micro_batches=rec.micro_batches,
-        tokens=rec.tokens,
-        nonpad_tokens=nonpad,
-        time_step=step_t,
-        time_forward=fwd,
-        time_backward=bwd,
-        time_clip=clip,
-        time_optimizer=opt,
-        time_other=other,
+        **phase_times(rec, probe.clock),
         mem_params=probe.params_bytes,
         mem_buffers=probe.buffers_bytes,
         # On CUDA: the categories at the allocator's peak instant. On CPU there is no peak to locate, so
@@ -161,9 +168,19 @@ class ScanReport:
     profile_trace: str | None = None
     collectives: dict | None = None  # scanner.collectives.summarise_trace() of the scanned step(s)
     versions: dict = field(default_factory=dict)
+    time_steps: list[TimeStepReport] = field(default_factory=list)  # the time window (phase hooks only)
+    attention: dict | None = None  # scanner.kernels.attention_summary() of the memory-scanned step(s)
+
+    def representative_time_step(self) -> TimeStepReport | None:
+        """The time window's median step (the lower middle one for an even count); None without a window."""
+        if not self.time_steps:
+            return None
+        ordered = sorted(self.time_steps, key=lambda s: (s.time_step, s.step))
+        return ordered[(len(ordered) - 1) // 2]
 
     def summary(self) -> dict[str, Any]:
-        """Median of every step field over the scanned range, with min/max as the spread."""
+        """Memory: median of every field over the memory-scanned steps (min/max as spread). Time and tokens:
+        the time window's median step, or the memory-scanned steps' medians when no step was timed."""
         out: dict[str, Any] = {"steps": [s.step for s in self.steps]}
         rows = [s.to_dict() for s in self.steps]
         for name in TIME_FIELDS + MEM_FIELDS + COUNT_FIELDS + RATE_FIELDS:
@@ -178,11 +195,25 @@ class ScanReport:
                 out[name + "_min"], out[name + "_max"] = min(vals), max(vals)
         phases = [s.peak_phase for s in self.steps if s.peak_phase]
         out["peak_phase"] = statistics.mode(phases) if phases else None
+        out["memory_step_time"] = out.get("time_step")
+        chosen = self.representative_time_step()
+        out["time_source"] = "time_window" if chosen is not None else "memory_steps"
+        out["time_steps"] = [s.step for s in self.time_steps]
+        if chosen is not None:
+            for name in TIME_FIELDS + COUNT_FIELDS + RATE_FIELDS:
+                out.pop(name + "_min", None)
+                out.pop(name + "_max", None)
+                out[name] = getattr(chosen, name)
+            out["time_step_chosen"] = chosen.step
+            times = [s.time_step for s in self.time_steps]
+            if len(times) > 1:
+                out["time_step_min"], out["time_step_max"] = min(times), max(times)
         return out
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "steps"}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "time_steps")}
         d["steps"] = [s.to_dict() for s in self.steps]
+        d["time_steps"] = [s.to_dict() for s in self.time_steps]
         d["summary"] = self.summary()
         return d
 
@@ -197,13 +228,17 @@ class ScanReport:
             out[prefix + name] = s.get(name)
         out[prefix + "tokens_per_second"] = s.get("tokens_per_second")
         out[prefix + "nonpad_tokens_per_second"] = s.get("nonpad_tokens_per_second")
-        out[prefix + "step"] = (
-            self.steps[0].step if len(self.steps) == 1 else f"{s['steps'][0]}-{s['steps'][-1]}"
-        )
+        out[prefix + "step"] = _step_range(s["steps"])
         out[prefix + "steps_scanned"] = len(self.steps)
-        if len(self.steps) > 1:
+        if "time_step_min" in s:
             out[prefix + "time_step_min"] = s["time_step_min"]
             out[prefix + "time_step_max"] = s["time_step_max"]
+        out[prefix + "time_source"] = s["time_source"]
+        out[prefix + "time_window"] = _step_range(s["time_steps"]) if s["time_steps"] else None
+        out[prefix + "time_step_chosen"] = s.get("time_step_chosen")
+        out[prefix + "memory_step_time"] = s["memory_step_time"]
+        out[prefix + "attention_backend"] = self.attention["backend"] if self.attention else None
+        out[prefix + "attention_calls"] = self.attention["calls"] if self.attention else None
         out[prefix + "peak_phase"] = s.get("peak_phase")
         out[prefix + "rank"] = self.rank
         out[prefix + "world_size"] = self.world_size
@@ -220,7 +255,12 @@ class ScanReport:
         title = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]} (median)"
         lines = [f"tunebench scanner - {title}, rank {self.rank}/{self.world_size}, device {self.device}"]
         t = s["time_step"] or 0.0
-        lines.append(f"{'time':<22}{'seconds':>12}{'share':>9}")
+        if s["time_source"] == "time_window":
+            window = _step_range(s["time_steps"])
+            lines.append(f"{'time':<22}{'seconds':>12}{'share':>9}   step {s['time_step_chosen']}, the median of "
+                         f"timed steps {window}")
+        else:
+            lines.append(f"{'time':<22}{'seconds':>12}{'share':>9}   memory-scanned step(s): hooks included")
         for name in TIME_FIELDS:
             v = s[name]
             share = f"{100 * v / t:8.1f}%" if t > 0 else ""
@@ -238,11 +278,19 @@ class ScanReport:
             lines.append(f"  {name[4:]:<20}{text:>12}")
         if s.get("peak_phase"):
             lines.append(f"  peak reached in: {s['peak_phase']}")
+        if self.attention:
+            lines.append(f"attention kernel: {self.attention['backend']} ({self.attention['calls']} calls)")
         if self.init_time is not None:
             lines.append(f"init time (process start -> first step): {self.init_time:.2f} s")
         for c in self.checkpoint_saves:
             lines.append(f"checkpoint save at step {c['step']}: {c['seconds']:.2f} s")
         return "\n".join(lines)
+
+
+def _step_range(steps: list[int]) -> int | str | None:
+    if not steps:
+        return None
+    return steps[0] if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
 
 
 def human_bytes(n: int | float) -> str:

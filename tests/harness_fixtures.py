@@ -6,10 +6,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
+# 10 steps: warm-up 1-3 with the memory scan on step 2, phase-timed steps 4-8, steady steps 4-10.
 TINY_DEFAULTS = {
-    "max_steps": 6, "max_seq_len": 64, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
+    "max_steps": 10, "max_seq_len": 64, "logging_strategy": "no", "save_strategy": "no", "report_to": "none",
     "torch_dtype": "float32", "bf16": False, "synthetic_num_samples": 64, "per_device_train_batch_size": 2,
-    "learning_rate": 1e-3, "scan_steps": "5",
+    "learning_rate": 1e-3, "steady_warmup_steps": 3, "steady_min_steps": 5, "synthetic_length_distribution": "uniform",
+    "optim": "adamw_torch_fused", "logging_nan_inf_filter": False,
 }
 
 

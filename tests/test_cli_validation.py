@@ -24,7 +24,8 @@ def run_cli(tmp_path, capsys, *extra, **inputs):
      "effective_batch_size 4 cannot be split"),
     ({"scenarios": [tiny_scenario(model_name_or_path=["preset:llama-huge"])]}, [], "unknown preset 'preset:llama-huge'"),
     ({"scenarios": [tiny_scenario(max_length=128)]}, [], "use max_seq_len"),
-    ({"scenarios": [tiny_scenario(max_steps=3)]}, [], "max_steps 3 ends before the scanned step 5"),
+    ({"scenarios": [tiny_scenario(max_steps=3, scan_steps="5")]}, [], "scan_steps 5 ends after max_steps 3"),
+    ({"scenarios": [tiny_scenario(scan_steps="4", scan_time_steps="3-6")]}, [], "scan_time_steps 3-6 overlaps scan_steps 4"),
     ({"scenarios": [tiny_scenario()]}, ["--packing_matrix", "maybe"], "expected true/false values"),
     ({"scenarios": [tiny_scenario()]}, ["--run_only_scenarios", "nope"], "no scenario 'nope'"),
 ])

@@ -76,7 +76,7 @@ def test_experiments_needing_absent_gpus_are_skipped_with_reason():
 def test_presets_initialise_on_the_host_without_cuda_or_when_asked():
     from types import SimpleNamespace
 
-    from tunebench.experiment.train import preset_init_device
+    from tunebench.experiment.components import preset_init_device
 
     state = SimpleNamespace(local_process_index=1)
     training = SimpleNamespace(use_cpu=False, fsdp="", fsdp_config={})

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tunebench.execution.failures import classify, last_traceback
 from tunebench.execution.launch import LaunchSpec, build_launch, command_script, run_process, to_argv
@@ -64,6 +65,11 @@ def test_build_launch_single_and_multi_process(tmp_path):
     spec = build_launch(exp, tmp_path, [], None)
     assert spec.argv[:3] == [sys.executable, "-m", "tunebench.experiment.train"]
     assert "--use_cpu" in spec.argv and spec.repro_env["CUDA_VISIBLE_DEVICES"] == ""
+    repo = str(Path(__file__).resolve().parents[1])
+    assert spec.repro_env["PYTHONPATH"].split(os.pathsep)[0] == repo  # the child imports this checkout's tunebench
+    from tunebench.telemetry.environment import git_sha
+
+    assert git_sha() is not None  # found this checkout's .git
     multi = Experiment("s", FrameworkConfig("ddp"), 2, "cuda", {"model_name_or_path": "preset:llama-tiny"})
     spec = build_launch(multi, tmp_path, [2, 3], "accelerate.yaml")
     assert spec.argv[1:3] == ["-m", "accelerate.commands.launch"]

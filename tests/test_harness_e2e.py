@@ -49,8 +49,8 @@ def test_ok_rows_have_metrics_and_exact_token_counts(first_run):
     _, _, out, _ = first_run
     frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
     fixed = frame.loc["fixed-len"]
-    # Fixed-length synthetic rows: 6 steps × batch 2 × 64 tokens, no padding at all.
-    assert fixed["train_tokens"] == fixed["train_nonpad_tokens"] == 6 * 2 * 64
+    # Fixed-length synthetic rows: 10 steps × batch 2 × 64 tokens, no padding at all.
+    assert fixed["train_tokens"] == fixed["train_nonpad_tokens"] == 10 * 2 * 64
     lora = frame.loc["lora"]
     assert lora["train_tokens"] > lora["train_nonpad_tokens"] > 0  # uniform lengths: padding exists
     for row in (fixed, lora):
@@ -61,6 +61,40 @@ def test_ok_rows_have_metrics_and_exact_token_counts(first_run):
     bench = pd.read_csv(out / "benchmarks.csv")
     assert {"scenario", "status", "train_nonpad_tokens_per_second", "peft_method"} <= set(bench.columns)
     assert "learning_rate" not in bench.columns  # does not vary across experiments
+
+
+def test_steady_state_columns_agree_with_the_per_step_times(first_run):
+    import json
+
+    _, _, out, _ = first_run
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    for scenario in ("fixed-len", "lora"):
+        row = frame.loc[scenario]
+        steps = json.loads((next(out.glob(f"{scenario}_*")) / "steps.json").read_text())
+        assert [s["step"] for s in steps] == list(range(1, 11)) and row["total_steps"] == 10
+        steady = [s for s in steps if s["steady"]]
+        # warm-up 3 (memory scan on step 2), steady 4..10, phases timed on 4..8
+        assert [s["step"] for s in steady] == list(range(4, 11)) and row["steady_steps"] == 7
+        median = sorted(s["seconds"] for s in steady)[3]
+        assert row["steady_step_time_median"] == pytest.approx(median)
+        tokens = sum(s["padded_tokens"] for s in steady) / len(steady)
+        nonpad = sum(s["nonpad_tokens"] for s in steady) / len(steady)
+        assert row["steady_tokens_per_second"] == pytest.approx(tokens / median)
+        assert row["steady_nonpad_tokens_per_second"] == pytest.approx(nonpad / median)
+        assert sum(s["padded_tokens"] for s in steps) == row["train_tokens"]
+        assert row["first_step_seconds"] == pytest.approx(steps[0]["seconds"])
+        # the scanner's timed step is one of the steady steps, and its time is that step's own time
+        assert row["scan_time_source"] == "time_window" and row["scan_time_window"] == "4-8"
+        chosen = steps[int(row["scan_time_step_chosen"]) - 1]
+        assert row["scan_time_step_vs_median"] == pytest.approx(row["scan_time_step"] / median - 1)
+        assert abs(row["scan_time_step"] - chosen["seconds"]) < 0.25 * chosen["seconds"]  # two clocks, one step
+        assert row["scan_attention_backend"] == "flash" and row["attn_implementation_used"] == "sdpa"
+        assert pd.isna(row["steady_mfu"])  # CPU: no peak FLOP/s to divide by
+        stages = [row[c] for c in ("startup_imports_seconds", "startup_data_seconds", "startup_model_seconds",
+                                   "startup_trainer_seconds", "startup_train_setup_seconds")]
+        assert min(stages) >= 0 and sum(stages) == pytest.approx(row["startup_seconds"], abs=1e-6)
+        assert 0 <= row["startup_launcher_seconds"] < row["experiment_wall_seconds"]
+    assert frame.loc["fixed-len", "steady_padding_fraction"] == 0 and frame.loc["lora", "steady_padding_fraction"] > 0
 
 
 def test_experiment_folder_has_logs_config_and_runnable_repro(first_run):

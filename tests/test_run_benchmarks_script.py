@@ -42,7 +42,10 @@ def test_dry_run_maps_arguments_and_writes_marker_and_freeze(tmp_path):
 
 @pytest.mark.slow
 def test_replaces_its_own_results_unless_no_overwrite(tmp_path):
-    options = write_inputs(tmp_path, [tiny_scenario("alpha")])
+    # The script takes no defaults file: the scenario itself keeps the run tiny.
+    options = write_inputs(tmp_path, [tiny_scenario("alpha", max_steps=3, max_seq_len=32, synthetic_num_samples=16,
+                                                    per_device_train_batch_size=2, torch_dtype="float32", bf16=False,
+                                                    steady_warmup_steps=1)])
     out = tmp_path / "results"
     env = {"MEMORY_LOGGING": "none", "TUNEBENCH_CACHE": tmp_path / "cache"}
     assert run_script("1", "", out, options[1], **env).returncode == 0

@@ -238,3 +238,30 @@ def test_bad_options_are_rejected(tmp_path):
         NvidiaSmiSidecar([], tmp_path, loop_ms=0)
     with pytest.raises(RuntimeError, match="before the with-block ended"):
         NvidiaSmiSidecar([], tmp_path).summary(None)
+
+
+def test_steady_energy_integrates_only_the_steady_window(fake, tmp_path):
+    from tunebench.telemetry.steady_energy import steady_energy_columns
+
+    gpus = query_gpus()
+    out_dir = tmp_path / "exp"
+    with NvidiaSmiSidecar(gpus, out_dir, loop_ms=LOOP_MS) as sidecar:
+        wait_for_samples(sidecar)
+        start = time.time()
+        time.sleep(1.2)
+    # warm-up step 1 ends at start+0.3; steady steps 2-4 end every 0.2 s after it
+    steps = [{"step": 1, "seconds": 0.3, "end_unix": start + 0.3, "steady": False, "nonpad_tokens": 1000}]
+    steps += [{"step": i, "seconds": 0.2, "end_unix": start + 0.3 + 0.2 * (i - 1), "steady": True,
+               "nonpad_tokens": 100} for i in (2, 3, 4)]
+    (out_dir / "steps.json").write_text(json.dumps(steps))
+    columns = steady_energy_columns(sidecar, out_dir)
+    lo, hi = datetime.fromtimestamp(start + 0.3), datetime.fromtimestamp(start + 0.9)
+    expected = 0.0
+    for gpu, watts in zip(gpus, POWER_W, strict=True):
+        stamps = [datetime.strptime(row.split(", ")[0], NVIDIA_SMI_TIME_FORMAT)
+                  for row in (out_dir / "nvidia_smi.csv").read_text().splitlines()[1:] if f", {gpu.uuid}, " in row]
+        inside = [s for s in stamps if lo <= s <= hi]
+        expected += watts * (max(inside) - min(inside)).total_seconds()
+    assert columns["steady_energy_joules"] == pytest.approx(expected, rel=1e-9)
+    assert columns["steady_energy_joules_per_nonpad_token"] == pytest.approx(expected / 300, rel=1e-9)
+    assert sidecar.summary(nonpad_tokens=1300)["energy_joules"] > expected  # the whole run holds more

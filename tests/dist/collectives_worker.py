@@ -23,7 +23,7 @@ if mode == "fsdp2":
     # FSDP2 path is exercised directly: fully_shard per decoder layer and root, one step under the recorder.
     from torch.distributed.fsdp import fully_shard
 
-    from scanner.collectives import CollectiveRecorder
+    from scanner.step_profiler import StepProfiler
 
     torch.distributed.init_process_group("gloo")
     for layer in model.model.layers:
@@ -32,14 +32,14 @@ if mode == "fsdp2":
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = torch.randint(3, 256, (2, 32))
     for step in range(3):
-        recorder = CollectiveRecorder("cpu") if step == 1 else None
+        recorder = StepProfiler("cpu", collectives=True) if step == 1 else None
         if recorder:
             recorder.start()
         model(input_ids=batch, labels=batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         if recorder:
-            summary = recorder.stop(torch.distributed.get_world_size())
+            summary = recorder.stop(torch.distributed.get_world_size())[0]
             rank = torch.distributed.get_rank()
             local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
             from scanner.memory import unique_storage_bytes

@@ -82,9 +82,9 @@ def numel_bytes(params) -> int:
 
 
 def _is_scanner_hook(fn) -> bool:
-    from scanner.probe import StepProbe
+    from scanner.phases import PhaseProbe
 
-    return isinstance(getattr(fn, "__self__", None), StepProbe)
+    return isinstance(getattr(fn, "__self__", None), PhaseProbe)
 
 
 def no_hooks_left(model, optimizer) -> bool:

@@ -42,7 +42,7 @@ def test_history_replay_and_per_event_sampling_attribute_the_same_peak(
 ):
     """Two independent mechanisms, one answer: the allocator-history replay (default) and reading the
     allocator's peak counter at every hook event (fallback) must agree byte for byte."""
-    import scanner.probe as probe_mod
+    import scanner.memory_probe as probe_mod
 
     def scan(trace: bool):
         if not trace:

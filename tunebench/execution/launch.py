@@ -111,7 +111,7 @@ def build_launch(
         repro_env["CUDA_VISIBLE_DEVICES"] = ""
     repro_env.update(extra_env or {})
     # The harness's own package must be importable by the child even when tunebench is not installed.
-    repo_root = str(Path(__file__).resolve().parent.parent)
+    repo_root = str(Path(__file__).resolve().parents[2])  # tunebench/execution/ → the repository
     python_path = [p for p in [repro_env.get("PYTHONPATH"), repo_root, os.environ.get("PYTHONPATH")] if p]
     repro_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(os.pathsep.join(python_path).split(os.pathsep)))
     for key, value in os.environ.items():
@@ -135,6 +135,7 @@ class ProcessOutcome:
     returncode: int | None
     timed_out: bool
     wall_seconds: float
+    started_unix: float = 0.0  # wall clock when the process was spawned
 
 
 def kill_process_group(proc: subprocess.Popen, grace_seconds: float = 10.0) -> None:
@@ -181,7 +182,7 @@ def _group_alive(pgid: int) -> bool:
 
 def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None) -> ProcessOutcome:
     """Run to completion or timeout; on timeout or Ctrl-C the whole process group is killed."""
-    start = time.monotonic()
+    start, started_unix = time.monotonic(), time.time()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -189,11 +190,11 @@ def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_
             returncode = proc.wait(timeout=timeout_seconds)
             # Ranks can outlive a launcher that exited early; reap the group either way.
             kill_process_group(proc, grace_seconds=2.0)
-            return ProcessOutcome(returncode, False, time.monotonic() - start)
+            return ProcessOutcome(returncode, False, time.monotonic() - start, started_unix)
         except subprocess.TimeoutExpired:
             logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
             kill_process_group(proc)
-            return ProcessOutcome(proc.returncode, True, time.monotonic() - start)
+            return ProcessOutcome(proc.returncode, True, time.monotonic() - start, started_unix)
         except KeyboardInterrupt:
             kill_process_group(proc, grace_seconds=3.0)
             raise

@@ -17,6 +17,7 @@ from tunebench.execution.launch import build_launch, command_script, run_process
 from tunebench.fileio import write_atomic
 from tunebench.matrix.expansion import Experiment
 from tunebench.results import summaries as results
+from tunebench.telemetry.steady_energy import steady_energy_columns
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
 
 def _clear_previous_attempt(folder: Path) -> None:
     """Only files this harness writes, inside the experiment's own folder, are removed."""
-    for pattern in ("results.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv"):
+    for pattern in ("results.json", "steps.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv"):
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "trainer_output", ignore_errors=True)
@@ -117,8 +118,12 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
         stderr_text = (folder / "stderr.log").read_text(errors="replace")
         row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
     row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
+    if row.get("process_start_unix"):
+        # launcher (accelerate/torchrun) start-up before the training entry's own process began
+        row["startup_launcher_seconds"] = max(0.0, row["process_start_unix"] - outcome.started_unix)
     if sidecar is not None:
         row.update(sidecar.summary(nonpad_tokens=row.get("train_nonpad_tokens")))
+        row.update(steady_energy_columns(sidecar, folder))
     row.update(experiment.describe())  # identity columns win over anything the child wrote
     results.write_row(folder, row)
     return row

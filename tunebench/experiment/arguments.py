@@ -56,7 +56,36 @@ class BenchArguments:
         default="scanner",
         metadata={"help": "comma list of: scanner, huggingface, nvidia, all, none (nvidia is the harness's sidecar)"},
     )
-    scan_steps: str = field(default="5", metadata={"help": "optimizer step(s) the scanner measures: '5' or '5-7'"})
+    scan_steps: str = field(
+        default="auto",
+        metadata={"help": "optimizer step(s) the scanner measures memory on: 'auto' (the last warm-up step but "
+                  "one), '4' or '4-6'"},
+    )
+    scan_time_steps: str = field(
+        default="auto",
+        metadata={"help": "steps whose phases the scanner times with light hooks only: 'auto' (the first 5 steady "
+                  "steps), '6-10' or 'off' (phases from the memory-scanned step)"},
+    )
+    steady_warmup_steps: int = field(
+        default=5, metadata={"help": "optimizer steps left out of the steady-state statistics"}
+    )
+    steady_state: str = field(
+        default="fixed",
+        metadata={"help": "fixed: run max_steps; auto: stop once the median step time is known to "
+                  "±steady_target_ci_pct at 95 % confidence (max_steps bounds it)", "choices": ["fixed", "auto"]},
+    )
+    steady_min_steps: int = field(default=10, metadata={"help": "fewer steady steps give a measurement_warning"})
+    steady_max_cv: float = field(
+        default=0.05, metadata={"help": "a steady step-time CV above this gives a measurement_warning"}
+    )
+    steady_target_ci_pct: float = field(
+        default=1.0, metadata={"help": "steady_state auto: target 95 % half-width of the median, in %"}
+    )
+    sft_loss: str = field(
+        default="model",
+        metadata={"help": "model: the model's own loss, as transformers.Trainer computes it (no per-step host "
+                  "sync); trl: TRL's fused LM head with entropy/accuracy metrics", "choices": ["model", "trl"]},
+    )
 
 
 ENTRY_DATACLASSES = (ModelArguments, DataArguments, PeftArguments, BenchArguments)

@@ -1,4 +1,4 @@
-"""Model FLOPs utilisation: analytic training FLOPs per step ÷ time ÷ the GPU's peak dense FLOP/s."""
+"""Model and hardware FLOPs utilisation: analytic training FLOPs (and checkpoint recompute) ÷ time ÷ peak FLOP/s."""
 
 from __future__ import annotations
 
@@ -73,15 +73,43 @@ def training_flops(model, nonpad_tokens: int, sum_squared_lengths: int) -> float
     token-pair, backward twice that, i.e. 12·L·d·len² per sequence.
     """
     total, trainable = matmul_parameter_counts(model)
+    layers, attention_width = _attention_shape(model)
+    matmul = (4 * total + 2 * trainable) * nonpad_tokens
+    attention = 12 * layers * attention_width * sum_squared_lengths
+    return float(matmul + attention)
+
+
+def _attention_shape(model) -> tuple[int, int]:
+    """(layers, heads × head_dim) of the attention, from the model's config."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 0)
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", 0)
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", 0)
-    attention_width = (getattr(config, "head_dim", None) or hidden // max(heads, 1)) * heads
-    matmul = (4 * total + 2 * trainable) * nonpad_tokens
-    attention = 12 * layers * attention_width * sum_squared_lengths
-    return float(matmul + attention)
+    return layers, (getattr(config, "head_dim", None) or hidden // max(heads, 1)) * heads
+
+
+def checkpointed_layers(model) -> list:
+    """Modules whose forward is recomputed in backward: transformers' gradient-checkpointed layers and FSDP's
+    activation-checkpoint wrappers. transformers also sets `gradient_checkpointing = True` on the model that
+    holds those layers, so only the innermost flagged modules count."""
+
+    def flagged(module) -> bool:
+        return getattr(module, "gradient_checkpointing", False) is True or type(module).__name__ == "CheckpointWrapper"
+
+    return [m for m in model.modules()
+            if flagged(m) and not any(flagged(inner) for inner in m.modules() if inner is not m)]
+
+
+def recompute_flops(model, nonpad_tokens: int, sum_squared_lengths: int) -> float:
+    """Extra hardware FLOPs of gradient checkpointing: the checkpointed layers' forward again (2·N_ckpt per
+    token for their matmuls, 4·d·len² per sequence and layer for attention). HFU counts these, MFU does not."""
+    layers = checkpointed_layers(model)
+    if not layers:
+        return 0.0
+    params = sum(p.numel() for layer in layers for p in layer.parameters())
+    _, width = _attention_shape(model)
+    return float(2 * params * nonpad_tokens + 4 * len(layers) * width * sum_squared_lengths)
 
 
 def mfu(total_flops: float, seconds: float, num_devices: int, device_name: str | None) -> float | None:

@@ -11,6 +11,7 @@ from typing import Any
 from tunebench.errors import InputProblem
 from tunebench.execution.launch import entry_arguments, to_argv
 from tunebench.experiment.arguments import ArgumentError, StrictArgumentParser
+from tunebench.experiment.components import step_windows
 from tunebench.experiment.models import resolve_model_source
 from tunebench.matrix.expansion import Experiment
 
@@ -85,12 +86,13 @@ def _problems_for(experiment: Experiment, parser: StrictArgumentParser, known: s
                                      "use 'synthetic', a .json/.jsonl/.parquet path or org/name"))
     if parsed is not None:
         bench, training = parsed[3], parsed[4]
-        if "scanner" in bench.memory_logging or "all" in bench.memory_logging:
-            last_scan = max(int(s) for s in str(bench.scan_steps).replace("-", " ").split())
-            if 0 < training.max_steps < last_scan:
-                source, where = sources.origin(experiment, "max_steps")
-                problems.append(InputProblem(source, where, f"max_steps {training.max_steps} ends before the "
-                                             f"scanned step {last_scan}", "raise max_steps or lower scan_steps"))
+        try:
+            step_windows(bench, training.max_steps)
+        except ValueError as exc:
+            key = next((k for k in ("scan_time_steps", "scan_steps", "steady_warmup_steps") if k in str(exc)), "max_steps")
+            source, where = sources.origin(experiment, key)
+            problems.append(InputProblem(source, where, str(exc), "raise max_steps, or adjust scan_steps / "
+                                         "scan_time_steps / steady_warmup_steps"))
     return problems
 
 

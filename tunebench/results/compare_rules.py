@@ -1,16 +1,17 @@
-"""Metric families, directions, thresholds, noise-band verdicts and experiment identity for comparisons.
+"""Compare families, directions, thresholds, noise-band verdicts and experiment identity for comparisons.
 
-Every metric column of the harness CSV belongs to one family (first matching pattern wins):
+Which columns are metrics, their family and their better direction come from the column registry
+(tunebench.results.columns). Each family has a default threshold and an absolute noise floor:
 
-| family      | columns (fnmatch patterns)                                   | direction       | threshold | ignore below |
-|-------------|--------------------------------------------------------------|-----------------|-----------|--------------|
-| throughput  | `*_per_second`, `*_per_second_per_device`, `mfu`             | lower is worse  | 10 %      | 0            |
-| memory_mib  | `mem_nvidia_*` (nvidia-smi, MiB)                             | higher is worse | 10 %      | 1 MiB        |
-| memory      | `mem_*`, `scan_mem_*` (bytes)                                | higher is worse | 10 %      | 1 MiB        |
-| time        | `train_runtime`, `scan_time_*` (seconds)                     | higher is worse | 10 %      | 1 ms         |
-| loss        | `train_loss`                                                 | two-sided       | 5 %       | 0            |
-| energy      | `energy_*` (joules)                                          | higher is worse | 15 %      | 0            |
-| utilization | `nvidia_gpu_util_mean` (%)                                   | info (never flagged) | -    | 0            |
+| family      | columns (examples)                                          | threshold | ignore below |
+|-------------|-------------------------------------------------------------|-----------|--------------|
+| throughput  | `steady_*tokens_per_second*`, `steady_mfu`, `train_*_per_second`, `mfu` | 10 % | 0  |
+| memory      | `mem_*`, `scan_mem_*` (bytes)                               | 10 %      | 1 MiB        |
+| memory_mib  | `mem_nvidia_*` (nvidia-smi, MiB)                            | 10 %      | 1 MiB        |
+| time        | `steady_step_time_*`, `startup_*`, `scan_time_*`, wall times | 10 %     | 1 ms         |
+| loss        | `train_loss` (two-sided)                                    | 5 %       | 0            |
+| energy      | `energy_*`, `steady_energy_*`                               | 15 %      | 0            |
+| utilization, stability, count, ratio | GPU util, CVs, token counts, padding   | informational, never flagged |
 
 A metric is flagged only when its relative change is beyond the threshold in the bad direction AND beyond the
 noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
@@ -30,6 +31,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+
+from tunebench.results import columns
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +55,6 @@ class MetricRule:
     min_abs: float = 0.0  # absolute changes at or below this are never flagged (units of the column)
 
 
-# Order matters: the first family whose pattern matches a column wins (mem_nvidia_* before mem_*).
-FAMILY_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("throughput", ("*_per_second", "*_per_second_per_device", "mfu")),
-    ("memory_mib", ("mem_nvidia_*",)),
-    ("memory", ("mem_*", "scan_mem_*")),
-    ("time", ("train_runtime", "scan_time_*")),
-    ("loss", ("train_loss",)),
-    ("energy", ("energy_*",)),
-    ("utilization", ("nvidia_gpu_util_mean",)),
-)
-
 DEFAULT_RULES: dict[str, MetricRule] = {
     "throughput": MetricRule("throughput", LOWER_IS_WORSE, 10.0),
     "memory_mib": MetricRule("memory_mib", HIGHER_IS_WORSE, 10.0, min_abs=1.0),
@@ -71,7 +63,13 @@ DEFAULT_RULES: dict[str, MetricRule] = {
     "loss": MetricRule("loss", TWO_SIDED, 5.0),
     "energy": MetricRule("energy", HIGHER_IS_WORSE, 15.0),
     "utilization": MetricRule("utilization", IGNORE, 0.0),
+    "stability": MetricRule("stability", IGNORE, 0.0),
+    "count": MetricRule("count", IGNORE, 0.0),
+    "ratio": MetricRule("ratio", IGNORE, 0.0),
 }
+# The registry's better direction → the judge's direction (None: informational).
+_DIRECTION_OF_BETTER = {columns.HIGHER: LOWER_IS_WORSE, columns.LOWER: HIGHER_IS_WORSE,
+                        columns.TWO_SIDED: TWO_SIDED, None: IGNORE}
 
 DEFAULT_KEYS: tuple[str, ...] = (
     "scenario",
@@ -84,41 +82,19 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "gpu_name",
 )
 
-# Columns that are neither metrics nor training arguments: never reported as "changed arguments".
-OUTCOME_COLUMNS = frozenset({"status", "error_messages"})
-ENVIRONMENT_COLUMNS = frozenset(
-    {
-        "gpu_name",
-        "gpu_count",
-        "driver_version",
-        "torch_version",
-        "transformers_version",
-        "trl_version",
-        "peft_version",
-        "tunebench_git_sha",
-        "device_type",
-    }
-)
-# experiment_id hashes the arguments, so it differs whenever an argument does; showing it adds nothing.
-IDENTITY_COLUMNS = frozenset({"experiment_id"})
+ENVIRONMENT_COLUMNS = frozenset(c.name for c in columns.REGISTRY if c.kind == columns.ENVIRONMENT and c.pattern is None) | {
+    f"{package}_version" for package in ("torch", "transformers", "trl", "peft", "accelerate", "datasets")}
 
 
 def metric_family(column: str) -> str | None:
-    """The family a column belongs to, or None when it is not a metric."""
-    for family, patterns in FAMILY_PATTERNS:
-        if any(fnmatch.fnmatchcase(column, p) for p in patterns):
-            return family
-    return None
+    """The family a column belongs to, or None when it is not a numeric metric."""
+    return columns.metric_family(column)
 
 
 def is_argument_column(column: str) -> bool:
-    """True for columns that describe how the experiment was configured (compared as 'changed arguments')."""
-    return (
-        metric_family(column) is None
-        and column not in OUTCOME_COLUMNS
-        and column not in ENVIRONMENT_COLUMNS
-        and column not in IDENTITY_COLUMNS
-    )
+    """True for columns that describe how the experiment was configured (compared as 'changed arguments').
+    experiment_id hashes the arguments, so it differs whenever one does: showing it adds nothing."""
+    return columns.kind_of(column) in (columns.ARGUMENT, columns.IDENTITY) and column != "experiment_id"
 
 
 def _parse_assignments(items: list[str] | None, option: str) -> dict[str, str]:
@@ -178,7 +154,7 @@ def rule_for(
     family = metric_family(column)
     if family is None:
         return None
-    rule = DEFAULT_RULES[family]
+    rule = replace(DEFAULT_RULES[family], direction=_DIRECTION_OF_BETTER[columns.better(column)])
     threshold = _override_for(column, family, thresholds or {})
     if threshold is not None:
         rule = replace(rule, threshold_pct=float(threshold))
@@ -202,49 +178,39 @@ def unknown_override_names(names: list[str], columns: list[str]) -> list[str]:
 
 
 def format_value(column: str, value: float) -> str:
-    """Human units for one metric value: bytes -> GiB/MiB, seconds -> s/ms, MFU -> %; empty for NaN."""
+    """Human units for one metric value: bytes -> GiB/MiB, seconds -> s/ms, fractions -> %; empty for NaN."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         return str(value)
     if v != v:  # NaN
         return ""
-    family = metric_family(column)
-    if family == "memory":
+    unit = columns.unit(column)
+    if unit == "bytes":
         return f"{v / 1024**3:,.2f} GiB" if abs(v) >= 1024**3 else f"{v / MIB:,.1f} MiB"
-    if family == "memory_mib":
+    if unit == "MiB":
         return f"{v:,.0f} MiB"
-    if family == "time":
+    if unit == "s":
         return f"{v:,.3f} s" if abs(v) >= 1 else f"{v * 1000:,.2f} ms"
-    if column == "mfu":
+    if unit == "fraction":
         return f"{v * 100:.2f} %"
-    if family == "throughput":
-        return f"{v:,.1f}"
-    if family == "loss":
-        return f"{v:.4f}"
-    if family == "utilization":
+    if unit in ("%",):
         return f"{v:.1f} %"
+    if unit.endswith("/s"):
+        return f"{v:,.1f}"
+    if metric_family(column) == "loss":
+        return f"{v:.4f}"
     return f"{v:,.4g}"
 
 
 def display_scale(column: str) -> tuple[float, str]:
-    """(divisor, unit) to plot a metric in human units: bytes -> GiB, MFU fraction -> %."""
-    family = metric_family(column)
-    if family == "memory":
+    """(divisor, unit) to plot a metric in human units: bytes -> GiB, fractions -> %."""
+    unit = columns.unit(column)
+    if unit == "bytes":
         return 1024**3, "GiB"
-    if family == "memory_mib":
-        return 1.0, "MiB"
-    if family == "time":
-        return 1.0, "s"
-    if column == "mfu":
+    if unit == "fraction":
         return 0.01, "%"
-    if family == "throughput":
-        return 1.0, "tokens/s" if "token" in column else ("samples/s" if "sample" in column else "/s")
-    if family == "energy":
-        return 1.0, "J"
-    if family == "utilization":
-        return 1.0, "%"
-    return 1.0, ""
+    return 1.0, "" if unit == "-" else unit
 
 
 # --------------------------------------------------------------------------- values, verdicts, labels

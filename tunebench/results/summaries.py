@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from tunebench.fileio import write_atomic
+from tunebench.results import columns
 
 logger = logging.getLogger(__name__)
 
@@ -17,19 +18,18 @@ RESULTS_FILE = "results.json"
 RAW_SUMMARY = "raw_summary.csv"
 BENCHMARKS = "benchmarks.csv"
 
-# Always in benchmarks.csv (when present), after the columns that vary across experiments.
+# Always in benchmarks.csv (when present), after the columns that vary across experiments: the steady-state
+# figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
 KEY_COLUMNS = ["experiment_id", "scenario", "framework_config", "model_name_or_path", "num_gpus", "status"]
 KEY_METRICS = [
-    "train_loss", "train_runtime", "train_tokens_per_second", "train_nonpad_tokens_per_second",
-    "train_nonpad_tokens_per_second_per_device", "mfu", "mem_peak_torch_mem_alloc_in_bytes",
-    "mem_nvidia_mem_reserved", "scan_mem_peak_allocated", "scan_mem_activations", "scan_time_step",
-    "energy_joules_per_nonpad_token", "error_messages",
+    "steady_nonpad_tokens_per_second", "steady_nonpad_tokens_per_second_per_device", "steady_mfu", "steady_hfu",
+    "steady_step_time_median", "steady_step_time_cv", "steady_steps", "steady_padding_fraction",
+    "scan_attention_backend", "measurement_warning", "scan_mem_peak_allocated", "scan_mem_activations",
+    "mem_nvidia_mem_reserved", "steady_energy_joules_per_nonpad_token", "startup_seconds", "train_loss",
+    "train_runtime", "train_nonpad_tokens_per_second", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "error_messages",
 ]
-# Columns that never count as "varying" configuration (metrics, environment, bookkeeping).
-_NOT_CONFIG_PREFIXES = ("train_", "mem_", "scan_", "nvidia_", "energy_", "mfu", "error_", "status", "padding_",
-                        "entry_", "trainable_", "total_", "num_processes", "experiment_id", "gpu_", "driver_",
-                        "tunebench_git", "output_dir", "results_json")
-_VERSION_SUFFIX = "_version"
+# Never "varying configuration" even though they are arguments: where the harness put the run's files.
+_BOOKKEEPING_ARGUMENTS = {"output_dir", "results_json"}
 
 
 def write_row(folder: Path, row: dict[str, Any]) -> None:
@@ -62,20 +62,18 @@ def collect(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def varying_config_columns(frame: pd.DataFrame) -> list[str]:
-    columns = []
-    for column in frame.columns:
-        if column.startswith(_NOT_CONFIG_PREFIXES) or column.endswith(_VERSION_SUFFIX):
-            continue
-        if frame[column].astype(str).nunique(dropna=False) > 1:
-            columns.append(column)
-    return columns
+    """Argument and identity columns whose value differs between experiments (the column registry decides)."""
+    configuration = (columns.ARGUMENT, columns.IDENTITY)
+    return [c for c in frame.columns
+            if columns.kind_of(c) in configuration and c not in _BOOKKEEPING_ARGUMENTS and c != "experiment_id"
+            and frame[c].astype(str).nunique(dropna=False) > 1]
 
 
 def benchmarks_view(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = [c for c in KEY_COLUMNS if c in frame.columns]
-    columns += [c for c in varying_config_columns(frame) if c not in columns]
-    columns += [c for c in KEY_METRICS if c in frame.columns and c not in columns]
-    return frame[columns]
+    selected = [c for c in KEY_COLUMNS if c in frame.columns]
+    selected += [c for c in varying_config_columns(frame) if c not in selected]
+    selected += [c for c in KEY_METRICS if c in frame.columns and c not in selected]
+    return frame[selected]
 
 
 def write_summaries(output_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -104,9 +102,19 @@ def summary_table(frame: pd.DataFrame) -> str:
         values = pd.to_numeric(frame[name], errors="coerce") / scale
         return values.map(lambda v: "" if pd.isna(v) else fmt.format(v))
 
-    view["tok/s"] = column("train_nonpad_tokens_per_second")
-    view["mfu %"] = column("mfu", 0.01)
+    view["steady tok/s"] = column("steady_nonpad_tokens_per_second")
+    view["step s"] = column("steady_step_time_median", fmt="{:.4f}")
+    view["cv %"] = column("steady_step_time_cv", 0.01)
+    view["mfu %"] = column("steady_mfu", 0.01)
+    view["attn"] = frame.get("scan_attention_backend", pd.Series([""] * len(frame))).fillna("")
     view["gpu peak GiB"] = column("scan_mem_peak_allocated", 2**30, "{:.2f}")
     view["host RSS GiB"] = column("mem_peak_host_rss_bytes", 2**30, "{:.2f}")
+    view["start s"] = column("startup_seconds")
     view["loss"] = column("train_loss", fmt="{:.3f}")
-    return view.to_string(index=False)
+    table = view.to_string(index=False)
+    warnings = frame.get("measurement_warning", pd.Series(dtype=object))
+    labels = frame.get("scenario", pd.Series([""] * len(frame))).astype(str) + "/" + frame.get(
+        "framework_config", pd.Series([""] * len(frame))).astype(str)
+    notes = [f"  ! {label}: {text}" for label, text in zip(labels, warnings, strict=False)
+             if isinstance(text, str) and text]
+    return table + ("\nmeasurement warnings:\n" + "\n".join(notes) if notes else "")

@@ -26,7 +26,7 @@ def package_versions() -> dict[str, str | None]:
 
 @functools.lru_cache(maxsize=1)
 def git_sha() -> str | None:
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]  # tunebench/telemetry/ → the repository
     if not (repo / ".git").exists() or not shutil.which("git"):
         return None
     try:

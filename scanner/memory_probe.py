@@ -1,9 +1,8 @@
-"""Hooks that observe the scanned optimizer step(s): phase marks, saved-for-backward storages, grads, tokens."""
+"""Memory hooks of a scanned step: saved-for-backward storages, gradients, optimizer state, the allocator peak."""
 
 from __future__ import annotations
 
 import logging
-import sys
 import weakref
 from typing import Any
 
@@ -11,7 +10,6 @@ import torch
 
 from .alloc_trace import PEAK_TOLERANCE, AllocatorTrace, replay, resolve_phases, step_peak
 from .alloc_trace import available as trace_available
-from .clock import make_clock
 from .memory import (
     CudaAllocator,
     LiveStorages,
@@ -20,28 +18,17 @@ from .memory import (
     storage_key,
     unique_storage_bytes,
 )
-from .record import StepRecord, flat_tensors, model_device, unwrap_optimizer
+from .phases import AFTER_BACKWARD, CLIP, FORWARD, OPTIMIZER, OTHER, PhaseProbe
+from .record import StepRecord, flat_tensors
 
 logger = logging.getLogger(__name__)
-
-# Phase labels for the interval that ends at a memory sample. "after_backward" becomes "clip" when the next
-# boundary is the optimizer step (clipping + on_pre_optimizer_step callbacks) and "other" otherwise.
-OTHER, FORWARD, BACKWARD, AFTER_BACKWARD, CLIP, OPTIMIZER = (
-    "other",
-    "forward",
-    "backward",
-    "after_backward",
-    "clip",
-    "optimizer",
-)
-
 
 class _Saved:
     """What autograd stores for a saved tensor while the scan runs; its death marks the storage's release."""
 
     __slots__ = ("tensor", "ptr", "probe")
 
-    def __init__(self, tensor: torch.Tensor, ptr: int, probe: StepProbe):
+    def __init__(self, tensor: torch.Tensor, ptr: int, probe: MemoryProbe):
         self.tensor = tensor
         self.ptr = ptr
         self.probe = probe
@@ -50,8 +37,8 @@ class _Saved:
         self.probe._on_release(self.ptr)
 
 
-class StepProbe:
-    """Installs every hook for a scanned step range and removes all of them in `remove()`.
+class MemoryProbe(PhaseProbe):
+    """The phase hooks plus every memory hook of a scanned step range; all removed in `remove()`.
 
     On CUDA the categories are attributed to the allocator's peak in one of two ways. Preferred (torch with
     allocator metadata): every hook event only appends the category totals to `_states` and tags the
@@ -61,10 +48,7 @@ class StepProbe:
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: Any, keep_stacks: bool = False):
-        self.model = model
-        self.optimizer = unwrap_optimizer(optimizer)
-        self.device = model_device(model)
-        self.clock = make_clock(self.device)
+        super().__init__(model, optimizer)
         self.alloc = CudaAllocator(self.device) if self.device.type == "cuda" else None
         self.trace = AllocatorTrace(self.device, keep_stacks) if trace_available(self.device) else None
         # Per tag: (phase, saved bytes, grad bytes, optimizer bytes, recompute base tag, recompute upto tag,
@@ -74,12 +58,6 @@ class StepProbe:
         self._grads_total = 0
         self._rc_base: int | None = None
         self._rc_upto: int | None = None
-        self._handles: list = []
-        self._rec: StepRecord | None = None
-        self._phase = OTHER
-        self._fwd_depth = 0
-        self._pending_fwd = 0
-        self._bwd_open = False
         self._saved_ctx = None
         self._saved = LiveStorages(self.device)  # saved tensors + checkpoint inputs
         self._recompute_live = 0
@@ -98,13 +76,12 @@ class StepProbe:
         self._excluded = param_ptrs | buffer_ptrs
         self._opt_bytes = self._optimizer_bytes()
         self._opt_state_count = len(self.optimizer.state) if self.optimizer is not None else 0
-        self._install()
+        self.install()
 
     # ---------------------------------------------------------------- install / remove
-    def _install(self) -> None:
+    def install(self) -> None:
+        super().install()
         m = self.model
-        self._handles.append(m.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
-        self._handles.append(m.register_forward_hook(self._fwd_post, always_call=True))
         for sub in m.modules():
             # transformers' GradientCheckpointingLayer (and compatible layers) flag themselves like this
             if getattr(sub, "gradient_checkpointing", False) is True:
@@ -121,23 +98,13 @@ class StepProbe:
         for p in m.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
-        if self.optimizer is not None:
-            self._handles.append(self.optimizer.register_step_pre_hook(self._opt_pre))
-            self._handles.append(self.optimizer.register_step_post_hook(self._opt_post))
 
     def remove(self) -> None:
         """Remove every hook; idempotent, safe mid-step (used on errors and at train end)."""
         self._pop_saved_ctx()
         if self.trace is not None:
             self.trace.abandon()
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._rec = None
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._handles)
+        super().remove()
 
     # ---------------------------------------------------------------- step boundaries
     def begin_step(self, step: int, start_mark: Any = None) -> None:
@@ -160,11 +127,6 @@ class StepProbe:
             named = self.params_bytes + self.buffers_bytes + self._grads_total + self._opt_bytes
             allocated = rec.stats_start["allocated_bytes"]["all"]["current"]
             rec.other_start = max(0, allocated - named - self._activations())
-
-    def restart(self, start_mark: Any) -> None:
-        """Move the window start of the open record (e.g. to on_epoch_begin), keeping nothing else."""
-        if self._rec is not None:
-            self.begin_step(self._rec.step, start_mark)
 
     def end_step(self) -> tuple[StepRecord, Any]:
         """Close the open record; returns it and the end mark (the next step's window start)."""
@@ -323,85 +285,17 @@ class StepProbe:
         return unique_storage_bytes(optimizer_state_tensors(self.optimizer), self.device)[0]
 
     # ---------------------------------------------------------------- forward
-    def _fwd_pre(self, module, args, kwargs):
-        if self._rec is None or not module.training or not torch.is_grad_enabled():
-            return None
-        self._fwd_depth += 1
-        if self._fwd_depth > 1:  # the model re-entered itself; only the outermost call is a phase
-            return None
-        self._count_tokens(args, kwargs)
-        if self._phase == AFTER_BACKWARD:
-            self._phase = OTHER  # between micro-batches: the interval is not clipping
-        self._boundary("forward_start", FORWARD)
-        self._rec.forward.append([self.clock.mark(), None])
+    def _enter_forward(self) -> None:
         self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_ctx.__enter__()
-        return None
 
-    def _fwd_post(self, module, args, output):
-        if self._fwd_depth == 0:
-            return None
-        self._fwd_depth -= 1
-        if self._fwd_depth > 0:
-            return None
+    def _exit_forward(self) -> None:
         self._pop_saved_ctx()
-        if sys.exc_info()[1] is not None:
-            # forward raised: this hook runs inside torch's except-block; drop everything now, because no
-            # callback will ever tell us the step died.
-            logger.warning("scanner: forward raised during the scanned step; hooks removed, no report")
-            self.aborted = True
-            self.remove()
-            return None
-        rec = self._rec
-        rec.forward[-1][1] = self.clock.mark()
-        self._boundary("forward_end", OTHER)  # a loss computed outside the model's forward is "other"
-        rec.micro_batches += 1
-        self._pending_fwd += 1
-        target = self._grad_target(output)
-        if target is not None:
-            self._handles.append(target.register_hook(self._on_output_grad))
-        return None
-
-    aborted = False
 
     def _pop_saved_ctx(self) -> None:
         if self._saved_ctx is not None:
             ctx, self._saved_ctx = self._saved_ctx, None
             ctx.__exit__(None, None, None)
-
-    @staticmethod
-    def _grad_target(output) -> torch.Tensor | None:
-        loss = getattr(output, "loss", None)
-        if isinstance(loss, torch.Tensor) and loss.requires_grad:
-            return loss
-        values = output.values() if hasattr(output, "values") else output
-        if isinstance(values, torch.Tensor):
-            values = [values]
-        for v in values if isinstance(values, (list, tuple)) or hasattr(values, "__iter__") else []:
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return v
-        return None
-
-    def _count_tokens(self, args, kwargs) -> None:
-        rec = self._rec
-        ids = kwargs.get("input_ids")
-        if ids is None and args and isinstance(args[0], torch.Tensor):
-            ids = args[0]
-        if isinstance(ids, torch.Tensor):
-            shape = ids.shape
-        else:
-            embeds = kwargs.get("inputs_embeds")
-            if not isinstance(embeds, torch.Tensor):
-                return
-            shape = embeds.shape[:-1]
-        n = shape.numel()
-        rec.tokens += n
-        mask = kwargs.get("attention_mask")
-        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape == shape:
-            rec.nonpad.append((mask != 0).sum())  # stays on device until the end-of-scan sync
-        else:
-            # no 2-D padding mask (packed / padding-free batches carry position_ids only): all tokens are real
-            rec.nonpad.append(n)
 
     # ---------------------------------------------------------------- saved tensors
     def _pack(self, t: torch.Tensor):
@@ -478,27 +372,7 @@ class StepProbe:
         return None
 
     # ---------------------------------------------------------------- backward
-    def _on_output_grad(self, grad):
-        if self._pending_fwd and not self._bwd_open and self._rec is not None:
-            self._on_backward_start()
-        return None
-
-    def _on_backward_start(self) -> None:
-        self._boundary("backward_start", BACKWARD)
-        self._bwd_open = True
-        self._pending_fwd = 0
-        self._rec.backward.append([self.clock.mark(), None])
-        torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
-
-    def _on_backward_end(self) -> None:
-        rec = self._rec
-        self._bwd_open = False
-        if rec is None:
-            return
-        rec.backward[-1][1] = rec.clip_start = self.clock.mark()
-        self._boundary("backward_end", AFTER_BACKWARD, then=self._reset_recompute)
-
-    def _reset_recompute(self) -> None:
+    def _after_backward(self) -> None:
         self._recompute_live = 0
         self._recompute_layer = self._rc_base = self._rc_upto = None
 
@@ -513,29 +387,12 @@ class StepProbe:
             self._sample(claims_previous=True)
 
     # ---------------------------------------------------------------- optimizer
-    def _opt_pre(self, optimizer, args, kwargs):
-        rec = self._rec
-        if rec is None:
-            return
-        if self._phase == AFTER_BACKWARD:
-            self._phase = CLIP
-        else:
-            rec.clip_start = None  # no backward right before: nothing to call clipping
-        self._boundary("optimizer_start", OPTIMIZER)
-        rec.optimizer.append([self.clock.mark(), None])
-
-    def _opt_post(self, optimizer, args, kwargs):
-        rec = self._rec
-        if rec is None or not rec.optimizer:
-            return
-        rec.optimizer[-1][1] = self.clock.mark()
-        self._boundary("optimizer_end", OTHER, then=self._refresh_optimizer_bytes)
-        rec.optimizer_bytes = self._opt_bytes
-
-    def _refresh_optimizer_bytes(self) -> None:
+    def _after_optimizer(self) -> None:
         # AdamW-style state appears lazily at the first step and keeps its storages afterwards; re-sizing it
         # only when the number of parameters with state changed keeps this off the per-step host path.
         count = len(self.optimizer.state) if self.optimizer is not None else 0
         if count != self._opt_state_count:
             self._opt_state_count = count
             self._opt_bytes = self._optimizer_bytes()
+        if self._rec is not None:
+            self._rec.optimizer_bytes = self._opt_bytes

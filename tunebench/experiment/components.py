@@ -1,0 +1,64 @@
+"""Builders of an experiment's parts from its parsed arguments: PEFT config, scanner, step timer, devices."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tunebench.experiment.steady import SteadyPolicy
+from tunebench.experiment.windows import StepWindows, plan_windows
+
+logger = logging.getLogger(__name__)
+
+MEMORY_LOGGING_CHOICES = {"scanner", "huggingface", "nvidia", "all", "none"}
+
+
+def parse_memory_logging(value: str) -> set[str]:
+    modes = {m.strip() for m in value.split(",") if m.strip()}
+    unknown = modes - MEMORY_LOGGING_CHOICES
+    if unknown:
+        raise ValueError(f"memory_logging: unknown mode(s) {sorted(unknown)}; use {sorted(MEMORY_LOGGING_CHOICES)}")
+    if "all" in modes:
+        return {"scanner", "huggingface", "nvidia"}
+    return modes - {"none"}
+
+
+def steady_policy(bench_args) -> SteadyPolicy:
+    return SteadyPolicy(warmup_steps=bench_args.steady_warmup_steps, min_steps=bench_args.steady_min_steps,
+                        max_cv=bench_args.steady_max_cv, target_ci_pct=bench_args.steady_target_ci_pct)
+
+
+def step_windows(bench_args, max_steps: int) -> StepWindows:
+    """The run's warm-up, memory-scanned, timed and excluded steps (raises ValueError when impossible)."""
+    scanning = "scanner" in parse_memory_logging(bench_args.memory_logging)
+    return plan_windows(bench_args.steady_warmup_steps, max_steps, bench_args.scan_steps,
+                        bench_args.scan_time_steps, scanning)
+
+
+def build_peft_config(peft_args):
+    if peft_args.peft_method == "none":
+        return None
+    from peft import LoraConfig, PromptTuningConfig, TaskType
+
+    if peft_args.peft_method == "lora":
+        return LoraConfig(r=peft_args.r, lora_alpha=peft_args.lora_alpha, lora_dropout=peft_args.lora_dropout,
+                          target_modules=list(peft_args.target_modules), task_type=TaskType.CAUSAL_LM)
+    return PromptTuningConfig(num_virtual_tokens=peft_args.num_virtual_tokens, task_type=TaskType.CAUSAL_LM)
+
+
+def make_scanner(windows: StepWindows, results_dir: Path):
+    """The scanner callback; each rank writes its own report (the scanner adds `.rank<r>` itself)."""
+    from scanner import Scanner
+
+    return Scanner(steps=windows.scan_steps, time_steps=windows.time_steps,
+                   output=["stdout", str(results_dir / "scan.json")])
+
+
+def preset_init_device(model_args, sft_config, state) -> str:
+    """This rank's GPU for presets trained on CUDA, unless FSDP offloads to the host or the user said cpu."""
+    import torch
+
+    offload = "offload" in str(sft_config.fsdp) or bool((sft_config.fsdp_config or {}).get("cpu_offload"))
+    if model_args.preset_init_device == "cpu" or sft_config.use_cpu or offload or not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{state.local_process_index}"

@@ -1,0 +1,35 @@
+"""The SFTTrainer the experiments run, with the per-step loss path chosen by `sft_loss`.
+
+TRL's SFTTrainer.compute_loss computes, on every micro-batch, the loss through its chunked fused LM head plus
+the entropy and top-1 accuracy over the full vocabulary, and reads four values back to the host (`.item()`),
+which drains the device queue every micro-batch. That is a fine default for a training script and the wrong
+one for a benchmark whose subject is the training step. `sft_loss: model` (tunebench's default) computes the
+loss exactly as `transformers.Trainer.compute_loss` does — the model's own forward and loss, no extra
+reductions, no host sync — so a harness step costs what a plain Trainer step costs; `sft_loss: trl` keeps
+TRL's path and its `entropy` / `mean_token_accuracy` logs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import Trainer
+from trl import SFTTrainer
+
+logger = logging.getLogger(__name__)
+
+SFT_LOSS_CHOICES = ("model", "trl")
+
+
+class BenchSFTTrainer(SFTTrainer):
+    def __init__(self, *args, sft_loss: str = "model", **kwargs):
+        if sft_loss not in SFT_LOSS_CHOICES:
+            raise ValueError(f"sft_loss: {sft_loss!r} is not one of {SFT_LOSS_CHOICES}")
+        self.sft_loss = sft_loss
+        super().__init__(*args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.sft_loss == "trl":
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs["use_cache"] = False  # as TRL does: no KV cache is built during training
+        return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)

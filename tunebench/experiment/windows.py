@@ -1,0 +1,82 @@
+"""Which optimizer steps of a run are warm-up, memory-scanned, phase-timed, and steady.
+
+The defaults place every perturbation inside the warm-up: the memory scan (saved-tensor hooks, per-parameter
+gradient hooks, allocator history, a host sync and the history replay at its end) runs on the last warm-up
+step but one, the step after it absorbs that end-of-scan host work, and the steady window starts clean. The
+phase-timed steps carry only light hooks and are the first steady steps, so how close they are to the steady
+median is itself checked (`scan_time_step_vs_median`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+AUTO_TIMED_STEPS = 5
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    warmup_steps: int
+    memory: tuple[int, int] | None  # first, last memory-scanned step (inclusive)
+    timed: tuple[int, int] | None  # first, last phase-timed step (inclusive)
+    excluded: frozenset[int]  # steps after warm-up that are not steady (memory steps and the step after them)
+
+    @property
+    def scan_steps(self) -> str:
+        return _text(self.memory)
+
+    @property
+    def time_steps(self) -> str:
+        return _text(self.timed) if self.timed else "off"
+
+    @property
+    def last_scanner_step(self) -> int:
+        return max((self.memory or (0, 0))[1], (self.timed or (0, 0))[1])
+
+
+def _text(window: tuple[int, int] | None) -> str:
+    if window is None:
+        return ""
+    return str(window[0]) if window[0] == window[1] else f"{window[0]}-{window[1]}"
+
+
+def parse_range(text: str, what: str) -> tuple[int, int]:
+    """'5' or '5-7' → (5, 7); ValueError naming `what` otherwise."""
+    parts = str(text).replace("..", "-").split("-")
+    try:
+        numbers = [int(p.strip()) for p in parts]
+    except ValueError:
+        raise ValueError(f"{what}: cannot read {text!r}; use 'auto', a step such as '4' or a range such as '4-6'") from None
+    if len(numbers) not in (1, 2) or numbers[0] < 1 or numbers[-1] < numbers[0]:
+        raise ValueError(f"{what}: {text!r} is not a step range such as '4' or '4-6' (1-based)")
+    return numbers[0], numbers[-1]
+
+
+def plan_windows(warmup_steps: int, max_steps: int, scan_steps: str = "auto", time_steps: str = "auto",
+                 scanning: bool = True) -> StepWindows:
+    """Resolve the `auto` values against the run length; raises ValueError on impossible requests."""
+    if warmup_steps < 0:
+        raise ValueError(f"steady_warmup_steps must be >= 0, got {warmup_steps}")
+    memory = None
+    if scanning:
+        memory = (max(1, warmup_steps - 1),) * 2 if scan_steps == "auto" else parse_range(scan_steps, "scan_steps")
+        if max_steps > 0 and memory[1] > max_steps:
+            raise ValueError(f"scan_steps {_text(memory)} ends after max_steps {max_steps}")
+    timed = None
+    if scanning and time_steps != "off":
+        if time_steps == "auto":
+            first = max(warmup_steps + 1, memory[1] + 2)
+            last = first + AUTO_TIMED_STEPS - 1 if max_steps <= 0 else min(first + AUTO_TIMED_STEPS - 1, max_steps)
+            timed = (first, last) if max_steps <= 0 or first <= max_steps else None
+        else:
+            timed = parse_range(time_steps, "scan_time_steps")
+            if timed[0] <= memory[1] and timed[1] >= memory[0]:
+                raise ValueError(f"scan_time_steps {_text(timed)} overlaps scan_steps {_text(memory)}")
+    excluded: set[int] = set()
+    if memory is not None:
+        excluded.update(range(memory[0], memory[1] + 2))  # the scanned steps and the one that absorbs its end
+    excluded = {s for s in excluded if s > warmup_steps}
+    return StepWindows(warmup_steps, memory, timed, frozenset(excluded))

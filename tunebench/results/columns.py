@@ -1,0 +1,264 @@
+"""The column registry: every CSV column declared once — kind, unit, better direction, compare family, meaning.
+
+The CSV writer (which columns are configuration), compare (what is a metric, its family and direction),
+the report (labels and units) and the README's column tables all read this module; a test fails when a
+produced column is declared nowhere. Training arguments need no entry here: any TrainingArguments / SFTConfig
+/ tunebench entry field is an `argument` column, documented by its dataclass.
+
+Kinds: identity (what the experiment is), argument (how it was configured), outcome (status and messages),
+metric (a measurement), environment (where it ran), bookkeeping (how it was measured).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+IDENTITY, ARGUMENT, OUTCOME, METRIC, ENVIRONMENT, BOOKKEEPING = (
+    "identity", "argument", "outcome", "metric", "environment", "bookkeeping")
+HIGHER, LOWER, TWO_SIDED = "higher", "lower", "two_sided"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # exact name, or a pattern with <placeholders> (e.g. scan_comm_<kind>_bytes)
+    kind: str
+    unit: str  # "s", "bytes", "MiB", "tokens/s", "fraction", "%", "J", "J/token", "FLOP", "count", "-"
+    meaning: str
+    section: str  # README table it is listed in
+    better: str | None = None  # metrics: higher, lower, two_sided; None = informational (never flagged)
+    family: str | None = None  # compare family (thresholds, noise floors); None for non-metrics
+
+    @property
+    def pattern(self) -> re.Pattern | None:
+        if "<" not in self.name:
+            return None
+        return re.compile("^" + re.sub(r"<[^>]+>", r"[A-Za-z0-9_]+?", self.name) + "$")
+
+
+def _m(name, unit, better, family, section, meaning):
+    return Column(name, METRIC, unit, meaning, section, better, family)
+
+
+def _k(name, kind, unit, section, meaning):
+    return Column(name, kind, unit, meaning, section)
+
+
+S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_ENV, S_BOOK = (
+    "Identity and configuration", "Outcome", "Steady-state throughput (the headline)",
+    "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
+    "Scanner", "Collectives (scanner)", "Environment", "Bookkeeping")
+SECTIONS = (S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_ENV, S_BOOK)
+
+REGISTRY: tuple[Column, ...] = (
+    # ---------------------------------------------------------------- identity
+    _k("experiment_id", IDENTITY, "-", S_ID, "first 12 hex digits of a SHA-256 over the fully resolved experiment"),
+    _k("scenario", IDENTITY, "-", S_ID, "scenario name"),
+    _k("framework_config", IDENTITY, "-", S_ID, "framework config name (`none` = baseline)"),
+    _k("model_name_or_path", IDENTITY, "-", S_ID, "model (`preset:<name>`, a local dir or a hub id)"),
+    _k("num_gpus", IDENTITY, "count", S_ID, "GPUs (on `device_type=cpu`: processes)"),
+    _k("device_type", IDENTITY, "-", S_ID, "`cuda` or `cpu`"),
+    _k("effective_batch_size", IDENTITY, "samples", S_ID, "samples per optimizer step, all devices"),
+    _k("per_device_train_batch_size", IDENTITY, "samples", S_ID, "micro-batch per device"),
+    _k("gradient_accumulation_steps", IDENTITY, "count", S_ID, "micro-batches per optimizer step"),
+    _k("max_seq_len", IDENTITY, "tokens", S_ID, "maximum tokens per sequence"),
+    _k("packing", IDENTITY, "-", S_ID, "packing on/off"),
+    _k("peft_method", IDENTITY, "-", S_ID, "`none`, `lora`, `prompt-tuning`"),
+    _k("torch_dtype", IDENTITY, "-", S_ID, "dtype the weights are created in"),
+    # ---------------------------------------------------------------- outcome
+    _k("status", OUTCOME, "-", S_OUT, "`ok`, `oom`, `error`, `timeout`, `skipped`"),
+    _k("error_messages", OUTCOME, "-", S_OUT, "last traceback, or why it was skipped"),
+    _k("measurement_warning", OUTCOME, "-", S_OUT,
+       "empty, or why the steady figures are not trustworthy (too few steady steps, step-time CV above the limit)"),
+    # ---------------------------------------------------------------- steady state
+    _m("steady_step_time_median", "s", LOWER, "time", S_STEADY, "median optimizer-step time over the steady steps"),
+    _m("steady_step_time_p10", "s", LOWER, "time", S_STEADY, "10th percentile of the steady step times"),
+    _m("steady_step_time_p90", "s", LOWER, "time", S_STEADY, "90th percentile of the steady step times"),
+    _m("steady_step_time_cv", "fraction", None, "stability", S_STEADY, "std / mean of the steady step times"),
+    _m("steady_step_time_ci_pct", "%", None, "stability", S_STEADY,
+       "half-width of the median's 95 % confidence interval (distribution-free), % of the median"),
+    _m("steady_steps", "count", None, "count", S_STEADY, "steps in the steady window"),
+    _m("steady_tokens_per_second", "tokens/s", HIGHER, "throughput", S_STEADY,
+       "mean tokens of a steady step (padding included, all ranks) ÷ median step time"),
+    _m("steady_nonpad_tokens_per_second", "tokens/s", HIGHER, "throughput", S_STEADY,
+       "the same for non-padding tokens (global)"),
+    _m("steady_nonpad_tokens_per_second_per_device", "tokens/s", HIGHER, "throughput", S_STEADY,
+       "the above ÷ processes"),
+    _m("steady_mfu", "fraction", HIGHER, "throughput", S_STEADY,
+       "model FLOPs of a mean steady step ÷ median step time ÷ (peak × devices); empty on CPU or unknown GPUs"),
+    _m("steady_hfu", "fraction", HIGHER, "throughput", S_STEADY,
+       "as steady_mfu, counting gradient-checkpointing recompute as work"),
+    _m("steady_padding_fraction", "fraction", None, "ratio", S_STEADY, "1 − non-padding / all tokens of the steady steps"),
+    _m("steady_energy_joules", "J", None, "energy", S_STEADY, "sidecar: ∫ power dt over the steady window, all GPUs"),
+    _m("steady_energy_joules_per_nonpad_token", "J/token", LOWER, "energy", S_STEADY,
+       "steady_energy_joules ÷ non-padding tokens of the steady window"),
+    _m("total_steps", "count", None, "count", S_STEADY, "optimizer steps run (auto mode may stop before max_steps)"),
+    _m("first_step_seconds", "s", LOWER, "time", S_STEADY, "time of optimizer step 1 (allocator growth, kernel selection)"),
+    _k("attn_implementation_used", METRIC, "-", S_STEADY, "attention implementation the model ran with (`sdpa`, `eager`, …)"),
+    # ---------------------------------------------------------------- whole run
+    _m("train_loss", "-", TWO_SIDED, "loss", S_RUN, "Trainer's mean training loss"),
+    _m("train_runtime", "s", LOWER, "time", S_RUN, "Trainer's training time (all steps, warm-up included)"),
+    _m("train_samples_per_second", "samples/s", HIGHER, "throughput", S_RUN, "from the Trainer (global, whole run)"),
+    _m("train_steps_per_second", "steps/s", HIGHER, "throughput", S_RUN, "from the Trainer (whole run)"),
+    _m("train_tokens", "tokens", None, "count", S_RUN, "tokens fed to the model, all ranks, padding included"),
+    _m("train_nonpad_tokens", "tokens", None, "count", S_RUN, "the same without padding"),
+    _m("train_tokens_per_second", "tokens/s", HIGHER, "throughput", S_RUN, "train_tokens ÷ train_runtime"),
+    _m("train_nonpad_tokens_per_second", "tokens/s", HIGHER, "throughput", S_RUN, "train_nonpad_tokens ÷ train_runtime"),
+    _m("train_nonpad_tokens_per_second_per_device", "tokens/s", HIGHER, "throughput", S_RUN, "the above ÷ processes"),
+    _m("padding_fraction", "fraction", None, "ratio", S_RUN, "1 − non-padding / all tokens, whole run"),
+    _m("train_model_flops", "FLOP", None, "count", S_RUN, "analytic model FLOPs of the run (README: MFU)"),
+    _m("mfu", "fraction", HIGHER, "throughput", S_RUN, "train_model_flops ÷ train_runtime ÷ (peak × devices)"),
+    _m("trainable_parameters", "count", None, "count", S_RUN, "parameters with requires_grad"),
+    _m("total_parameters", "count", None, "count", S_RUN, "all parameters"),
+    _m("num_processes", "count", None, "count", S_RUN, "world size"),
+    _k("distributed_type", METRIC, "-", S_RUN, "what accelerate ran: `NO`, `MULTI_CPU`, `MULTI_GPU`, `FSDP`"),
+    # ---------------------------------------------------------------- start-up
+    _m("startup_seconds", "s", LOWER, "time", S_START, "process start → the first optimizer step begins (training entry)"),
+    _m("startup_imports_seconds", "s", LOWER, "time", S_START, "process start → torch/transformers/TRL imported"),
+    _m("startup_data_seconds", "s", LOWER, "time", S_START, "tokenizer and preprocessed dataset (a cache read)"),
+    _m("startup_model_seconds", "s", LOWER, "time", S_START, "model build (presets: random init on the GPU) or load"),
+    _m("startup_trainer_seconds", "s", LOWER, "time", S_START, "SFTTrainer construction (PEFT wrap, dataset preparation)"),
+    _m("startup_train_setup_seconds", "s", LOWER, "time", S_START,
+       "train() → first step: accelerator.prepare, optimizer, data loader"),
+    _m("startup_launcher_seconds", "s", LOWER, "time", S_START,
+       "harness spawn → the training entry's process started (accelerate/torchrun start-up)"),
+    _m("experiment_wall_seconds", "s", LOWER, "time", S_START, "whole subprocess, spawn to exit"),
+    _m("entry_wall_seconds", "s", LOWER, "time", S_START, "training entry: arguments parsed → results written"),
+    # ---------------------------------------------------------------- memory (harness)
+    _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM, "peak host RSS of rank 0 (`ru_maxrss`)"),
+    _m("mem_peak_torch_max_allocated_bytes", "bytes", LOWER, "memory", S_MEM,
+       "`torch.cuda.max_memory_allocated()` at the end of rank 0's run"),
+    _m("mem_peak_torch_max_reserved_bytes", "bytes", LOWER, "memory", S_MEM, "`torch.cuda.max_memory_reserved()` likewise"),
+    _m("mem_torch_mem_alloc_in_bytes", "bytes", LOWER, "memory", S_MEM,
+       "with `--log_memory_hf`: HF's before_init + init delta + train delta (allocated at the end of training)"),
+    _m("mem_peak_torch_mem_alloc_in_bytes", "bytes", LOWER, "memory", S_MEM,
+       "with `--log_memory_hf`: the above + `train_mem_gpu_peaked_delta`"),
+    # ---------------------------------------------------------------- sidecar
+    _m("mem_nvidia_mem_reserved", "MiB", LOWER, "memory_mib", S_SIDE,
+       "mean over the experiment's GPUs of (peak `memory.used` − baseline before launch)"),
+    _m("mem_nvidia_mem_reserved_max", "MiB", LOWER, "memory_mib", S_SIDE, "max of those per-GPU peaks"),
+    _m("mem_nvidia_mem_reserved_gpu<i>", "MiB", LOWER, "memory_mib", S_SIDE,
+       "per-GPU calibrated peak; `i` = position in the experiment's GPUs (its `cuda:i`)"),
+    _m("nvidia_gpu_util_mean", "%", None, "utilization", S_SIDE, "mean `utilization.gpu`"),
+    _m("energy_joules", "J", None, "energy", S_SIDE, "∫ `power.draw` dt over the whole experiment, all GPUs"),
+    _m("energy_joules_per_nonpad_token", "J/token", LOWER, "energy", S_SIDE,
+       "energy_joules ÷ train_nonpad_tokens (start-up and idle included: see steady_energy_*)"),
+    _k("nvidia_smi_samples", BOOKKEEPING, "count", S_SIDE, "poll lines used"),
+    _k("nvidia_smi_malformed_lines", BOOKKEEPING, "count", S_SIDE, "poll lines rejected"),
+    # ---------------------------------------------------------------- scanner
+    _k("scan_step", BOOKKEEPING, "-", S_SCAN, "memory-scanned step (or `first-last`)"),
+    _k("scan_steps_scanned", BOOKKEEPING, "count", S_SCAN, "how many memory-scanned steps"),
+    _k("scan_time_source", BOOKKEEPING, "-", S_SCAN,
+       "`time_window` (phases from light-hook steps) or `memory_steps` (no window fitted: hooks included)"),
+    _k("scan_time_window", BOOKKEEPING, "-", S_SCAN, "phase-timed steps (`first-last`)"),
+    _k("scan_time_step_chosen", BOOKKEEPING, "-", S_SCAN, "the timed step reported: the window's median step"),
+    _m("scan_time_step", "s", LOWER, "time", S_SCAN, "the reported step's time"),
+    _m("scan_time_step_min", "s", LOWER, "time", S_SCAN, "fastest timed step"),
+    _m("scan_time_step_max", "s", LOWER, "time", S_SCAN, "slowest timed step"),
+    _m("scan_time_step_vs_median", "fraction", None, "stability", S_SCAN,
+       "scan_time_step ÷ steady_step_time_median − 1: how representative the reported step is"),
+    _m("scan_time_<phase>", "s", LOWER, "time", S_SCAN,
+       "phases of the reported step: `forward`, `backward`, `clip`, `optimizer`, `other` (sum = scan_time_step)"),
+    _m("scan_memory_step_time", "s", None, "time", S_SCAN, "time of the memory-scanned step (its hooks included)"),
+    _m("scan_micro_batches", "count", None, "count", S_SCAN, "forward/backward passes in the step"),
+    _m("scan_tokens", "tokens", None, "count", S_SCAN, "tokens the model received in the reported step"),
+    _m("scan_nonpad_tokens", "tokens", None, "count", S_SCAN, "the same without padding"),
+    _m("scan_tokens_per_second", "tokens/s", HIGHER, "throughput", S_SCAN, "scan_tokens ÷ scan_time_step, summed over ranks"),
+    _m("scan_nonpad_tokens_per_second", "tokens/s", HIGHER, "throughput", S_SCAN, "the same without padding"),
+    _m("scan_mem_params", "bytes", LOWER, "memory", S_SCAN, "parameter storages (this rank's shard)"),
+    _m("scan_mem_buffers", "bytes", LOWER, "memory", S_SCAN, "buffer storages"),
+    _m("scan_mem_grads", "bytes", LOWER, "memory", S_SCAN, "gradients at the peak (CPU: their full size)"),
+    _m("scan_mem_optimizer", "bytes", LOWER, "memory", S_SCAN, "every tensor in optimizer.state"),
+    _m("scan_mem_activations", "bytes", LOWER, "memory", S_SCAN,
+       "saved for backward at the peak (CUDA) / the step's maximum (CPU)"),
+    _m("scan_mem_activations_max", "bytes", LOWER, "memory", S_SCAN, "maximum over the step"),
+    _m("scan_mem_other", "bytes", LOWER, "memory", S_SCAN,
+       "held since before the step, none of the above: library workspaces, DDP buckets (CUDA)"),
+    _m("scan_mem_temporaries", "bytes", LOWER, "memory", S_SCAN, "peak − the categories above − other (CUDA)"),
+    _m("scan_mem_peak_allocated", "bytes", LOWER, "memory", S_SCAN, "allocator peak in the step (CUDA)"),
+    _m("scan_mem_peak_reserved", "bytes", LOWER, "memory", S_SCAN, "allocator reserved peak in the step (CUDA)"),
+    _m("scan_mem_fragmentation", "bytes", LOWER, "memory", S_SCAN, "peak reserved − peak allocated (CUDA)"),
+    _m("scan_mem_alloc_retries", "count", LOWER, "count", S_SCAN, "allocator retries in the step (CUDA)"),
+    _m("scan_mem_ooms", "count", LOWER, "count", S_SCAN, "allocator OOMs in the step (CUDA)"),
+    _m("scan_mem_nvml_used", "bytes", None, "memory", S_SCAN, "NVML device memory used at the end of the scan (device-wide)"),
+    _m("scan_mem_cuda_context", "bytes", None, "memory", S_SCAN, "scan_mem_nvml_used − reserved: context, workspaces, …"),
+    _m("scan_mem_host_rss", "bytes", None, "memory", S_SCAN, "host RSS at the end of the scan"),
+    _m("scan_mem_host_peak_rss", "bytes", None, "memory", S_SCAN, "host peak RSS at the end of the scan"),
+    _m("scan_mem_imbalance", "fraction", LOWER, "stability", S_SCAN, "max peak ÷ mean peak over ranks − 1"),
+    _k("scan_peak_phase", METRIC, "-", S_SCAN, "phase in which the step's peak happened"),
+    _k("scan_attention_backend", METRIC, "-", S_SCAN,
+       "attention kernel the memory-scanned step ran: `flash`, `efficient`, `cudnn`, `math`, `flash_attention_2`, "
+       "`none` (eager), `a+b` when mixed"),
+    _m("scan_attention_calls", "count", None, "count", S_SCAN, "fused attention calls in that step"),
+    _m("scan_init_time", "s", LOWER, "time", S_SCAN, "process start → first step (scanner's own clock)"),
+    _m("scan_checkpoint_save_time", "s", LOWER, "time", S_SCAN, "longest checkpoint save (empty when none)"),
+    _m("scan_tokens_per_second_per_device", "tokens/s", HIGHER, "throughput", S_SCAN, "mean over ranks"),
+    _m("scan_nonpad_tokens_per_second_per_device", "tokens/s", HIGHER, "throughput", S_SCAN, "mean over ranks"),
+    _m("scan_tokens_per_device", "tokens", None, "count", S_SCAN, "mean over ranks"),
+    _m("scan_nonpad_tokens_per_device", "tokens", None, "count", S_SCAN, "mean over ranks"),
+    _k("scan_rank", BOOKKEEPING, "-", S_SCAN, "reporting rank (single process)"),
+    _k("scan_world_size", BOOKKEEPING, "count", S_SCAN, "world size seen by the scanner"),
+    _k("scan_ranks", BOOKKEEPING, "count", S_SCAN, "ranks merged into the row"),
+    # ---------------------------------------------------------------- collectives
+    _m("scan_comm_count", "count", None, "count", S_COMM, "collectives in the memory-scanned step"),
+    _m("scan_comm_bytes", "bytes", LOWER, "memory", S_COMM, "their full payloads: max(input, output) × element size"),
+    _m("scan_comm_time", "s", LOWER, "time", S_COMM, "NCCL kernel time (gloo: collective time on its thread)"),
+    _m("scan_comm_exposed_time", "s", LOWER, "time", S_COMM, "NCCL kernel time not overlapped by compute (CUDA)"),
+    _m("scan_comm_<kind>_count", "count", None, "count", S_COMM, "per kind (`all_reduce`, `all_gather`, …)"),
+    _m("scan_comm_<kind>_bytes", "bytes", LOWER, "memory", S_COMM, "per kind"),
+    _m("scan_comm_<kind>_time", "s", LOWER, "time", S_COMM, "per kind"),
+    _k("scan_comm_<kind>_dtype", METRIC, "-", S_COMM, "per kind: dtypes seen"),
+    # ---------------------------------------------------------------- environment
+    _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
+    _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),
+    _k("driver_version", ENVIRONMENT, "-", S_ENV, "NVIDIA driver"),
+    _k("<package>_version", ENVIRONMENT, "-", S_ENV, "torch, transformers, trl, peft, accelerate, datasets"),
+    _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
+    # ---------------------------------------------------------------- bookkeeping
+    _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
+)
+
+_EXACT = {c.name: c for c in REGISTRY if c.pattern is None}
+_PATTERNS = [c for c in REGISTRY if c.pattern is not None]
+# Per-rank spread of the scanner's memory and time columns (README "Several ranks").
+_RANK_SUFFIXES = ("_min", "_mean")
+
+
+def lookup(name: str) -> Column | None:
+    """The declaration of a column, or None when it is not declared (an argument, or a new column)."""
+    column = _EXACT.get(name)
+    if column is not None:
+        return column
+    for suffix in _RANK_SUFFIXES:
+        base = name.removesuffix(suffix)
+        if base != name and base.startswith(("scan_mem_", "scan_time_")):
+            parent = lookup(base)
+            if parent is not None:
+                return Column(name, parent.kind, parent.unit, f"{suffix[1:]} over ranks of `{base}`",
+                              parent.section, parent.better, parent.family)
+    return next((c for c in _PATTERNS if c.pattern.match(name)), None)
+
+
+def kind_of(name: str) -> str:
+    """The column's kind; undeclared columns are arguments (every training argument is a column)."""
+    column = lookup(name)
+    return column.kind if column is not None else ARGUMENT
+
+
+def metric_family(name: str) -> str | None:
+    """The compare family of a numeric metric, or None for anything else."""
+    column = lookup(name)
+    return column.family if column is not None and column.kind == METRIC else None
+
+
+def better(name: str) -> str | None:
+    column = lookup(name)
+    return column.better if column is not None else None
+
+
+def unit(name: str) -> str:
+    column = lookup(name)
+    return column.unit if column is not None else "-"
