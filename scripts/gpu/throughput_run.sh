@@ -10,10 +10,12 @@ work="$(mktemp -d)"
 common=(--scenarios_config_path scripts/gpu/scenarios-throughput.yaml --log_nvidia_smi --timeout 300)
 python3 scripts/gpu/plain_trainer.py --variant lean --out "$out/plain-lean.json"
 python3 benchmark.py "${common[@]}" --results_output_path "$work/pass1"
+cp "$work/pass1/raw_summary.csv" "$out/pass1.csv"
 python3 scripts/gpu/plain_trainer.py --variant hf-defaults --out "$out/plain-hf-defaults.json"
 for pass in $(seq 2 "$passes"); do
   python3 benchmark.py "${common[@]}" --results_output_path "$work/pass$pass" \
     --run_only_scenarios f-1b-full f-qwen-full f-1b-lora-gc-ga
+  cp "$work/pass$pass/raw_summary.csv" "$out/pass$pass.csv"
 done
 python3 - "$work" "$out" <<'PY'
 import sys, pandas as pd, pathlib
@@ -23,5 +25,5 @@ for csv in sorted(work.glob("pass*/raw_summary.csv")):
     frame = pd.read_csv(csv); frame.insert(0, "pass", csv.parent.name); frames.append(frame)
 pd.concat(frames).to_csv(out / "throughput_runs.csv", index=False)
 PY
-tar -czf "$out/experiments.tar.gz" --exclude trainer_output -C "$work" .
+tar -czf "$out/experiments.tar.gz" --exclude trainer_output --exclude "*.pickle" -C "$work" .
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpus.csv"
