@@ -179,7 +179,14 @@ class PhaseProbe:
         rec.tokens += n
         mask = kwargs.get("attention_mask")
         if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape == shape:
-            rec.nonpad.append((mask != 0).sum())  # stays on device until the report is built
+            count = (mask != 0).sum()
+            if count.is_cuda:
+                # Copied to pinned host memory behind the step's work: readable without a sync once the device
+                # has passed the step's end mark (a plain .item() later would wait for the whole queue).
+                host = torch.empty((), dtype=count.dtype, pin_memory=True)
+                host.copy_(count, non_blocking=True)
+                count = host
+            rec.nonpad.append(count)
         else:
             # no 2-D padding mask (packed / padding-free batches carry position_ids only): all tokens are real
             rec.nonpad.append(n)

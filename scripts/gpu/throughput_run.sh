@@ -12,6 +12,7 @@ python3 scripts/gpu/plain_trainer.py --variant lean --out "$out/plain-lean.json"
 python3 benchmark.py "${common[@]}" --results_output_path "$work/pass1"
 cp "$work/pass1/raw_summary.csv" "$out/pass1.csv"
 python3 scripts/gpu/plain_trainer.py --variant hf-defaults --out "$out/plain-hf-defaults.json"
+python3 scripts/gpu/plain_trainer.py --variant lean --non-blocking --out "$out/plain-lean-nonblocking.json"
 for pass in $(seq 2 "$passes"); do
   python3 benchmark.py "${common[@]}" --results_output_path "$work/pass$pass" \
     --run_only_scenarios f-1b-full f-qwen-full f-1b-lora-gc-ga

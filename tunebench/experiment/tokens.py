@@ -12,12 +12,15 @@ FIELDS = ("padded_tokens", "nonpad_tokens", "sum_squared_lengths", "sequences")
 class TokenCounter:
     """Counts what each training forward receives, closed into one entry per optimizer step by `end_step()`.
 
-    Everything stays a device tensor (no host sync) until `per_step()` at the end of training, which also sums
-    over ranks: token figures are global, never a per-rank mean.
+    What the host already knows (tokens fed = numel, rows = batch size) stays a Python int; only what
+    depends on the data (a padding mask's sums) is a device tensor, accumulated without a host sync until
+    `per_step()` at the end of training, which also sums over ranks: token figures are global. (Making a
+    device tensor from a Python number is a blocking host-to-device copy, i.e. a sync per forward.)
     """
 
     def __init__(self):
-        self._current = None  # tensor [padded, nonpad, sum_sq, sequences] of the open step
+        self._host = [0, 0, 0, 0]  # of the open step, FIELDS order
+        self._device = None  # device tensor [0, nonpad, sum_sq, sequences] of the open step, or None
         self._steps: list = []
         self._handle = None
 
@@ -37,37 +40,47 @@ class TokenCounter:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         if input_ids is None:
             return
+        rows, length = (input_ids.shape[0], input_ids.shape[-1]) if input_ids.dim() > 1 else (1, input_ids.numel())
+        self._host[0] += input_ids.numel()
         mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
         if mask is not None and mask.dim() == 2:
             lengths = mask.sum(-1)
-            nonpad, sum_sq, sequences = lengths.sum(), (lengths.long() ** 2).sum(), lengths.new_tensor(lengths.numel())
+            zero = lengths.sum() * 0
+            measured = torch.stack([zero, lengths.sum(), (lengths.long() ** 2).sum(), (lengths > 0).sum()])
         elif positions is not None:
             # Packed rows restart positions at 0 for every sequence: Σ over a sequence of (2p + 1) = len², so
             # Σ length² needs no boundary search (which would force a device sync).
             flat = positions.reshape(-1).long()
-            nonpad, sum_sq, sequences = flat.new_tensor(flat.numel()), (2 * flat + 1).sum(), (flat == 0).sum()
+            self._host[1] += flat.numel()
+            measured = torch.stack([flat.sum() * 0, flat.sum() * 0, (2 * flat + 1).sum(), (flat == 0).sum()])
         else:
-            nonpad = input_ids.new_tensor(input_ids.numel())
-            sum_sq = input_ids.new_tensor(input_ids.shape[0] * input_ids.shape[-1] ** 2)
-            sequences = input_ids.new_tensor(input_ids.shape[0])
-        step = torch.stack([input_ids.new_tensor(input_ids.numel()), nonpad.long(), sum_sq.long(), sequences.long()])
-        self._current = step if self._current is None else self._current + step
+            self._host[1] += rows * length
+            self._host[2] += rows * length**2
+            self._host[3] += rows
+            return
+        measured = measured.long()
+        self._device = measured if self._device is None else self._device + measured
 
     def end_step(self) -> None:
         """Close the optimizer step that just ended (an empty step counts zeros)."""
-        self._steps.append(self._current)
-        self._current = None
+        self._steps.append((tuple(self._host), self._device))
+        self._host, self._device = [0, 0, 0, 0], None
 
     def per_step(self) -> list[dict[str, int]]:
         """One dict per closed step (FIELDS), summed over all ranks when torch.distributed is up."""
         import torch
         import torch.distributed as dist
 
-        device = next((t.device for t in self._steps if t is not None), torch.device("cpu"))
-        rows = [t if t is not None else torch.zeros(len(FIELDS), dtype=torch.long, device=device) for t in self._steps]
-        table = torch.stack(rows) if rows else torch.zeros((0, len(FIELDS)), dtype=torch.long, device=device)
+        device = next((d.device for _, d in self._steps if d is not None), None)
+        if device is None:  # nothing on a device: use the backend's device for the rank sum
+            on_nccl = dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl"
+            device = torch.device("cuda", torch.cuda.current_device()) if on_nccl else torch.device("cpu")
+        rows = [torch.tensor(host, dtype=torch.long) for host, _ in self._steps]
+        table = torch.stack(rows).to(device) if rows else torch.zeros((0, len(FIELDS)), dtype=torch.long, device=device)
+        for i, (_, measured) in enumerate(self._steps):
+            if measured is not None:
+                table[i] += measured
         if dist.is_available() and dist.is_initialized():
-            table = table.clone()
             dist.all_reduce(table)
         return [dict(zip(FIELDS, (int(x) for x in row), strict=True)) for row in table.tolist()]
 
