@@ -145,23 +145,27 @@ class PhaseProbe:
         self._boundary("forward_end", OTHER)  # a loss computed outside the model's forward is "other"
         rec.micro_batches += 1
         self._pending_fwd += 1
-        target = self._grad_target(output)
-        if target is not None:
+        for target in self._grad_targets(output):
             self._handles.append(target.register_hook(self._on_output_grad))
         return None
 
     @staticmethod
-    def _grad_target(output) -> torch.Tensor | None:
-        loss = getattr(output, "loss", None)
-        if isinstance(loss, torch.Tensor) and loss.requires_grad:
-            return loss
-        values = output.values() if hasattr(output, "values") else output
+    def _grad_targets(output) -> list[torch.Tensor]:
+        """The outputs a loss can be built from: `loss` and every other tensor output that requires grad.
+
+        The loss may be computed outside the model from another output (TRL's fused LM head returns per-token
+        log-probabilities), so backward starts at whichever of them first receives a gradient.
+        """
+        values = list(output.values()) if hasattr(output, "values") else output
         if isinstance(values, torch.Tensor):
             values = [values]
-        for v in values if isinstance(values, (list, tuple)) or hasattr(values, "__iter__") else []:
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return v
-        return None
+        candidates = [getattr(output, "loss", None), *(values if isinstance(values, (list, tuple)) else [])]
+        seen, targets = set(), []
+        for v in candidates:
+            if isinstance(v, torch.Tensor) and v.requires_grad and id(v) not in seen:
+                seen.add(id(v))
+                targets.append(v)
+        return targets
 
     def _count_tokens(self, args, kwargs) -> None:
         rec = self._rec

@@ -6,7 +6,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
-# 10 steps: warm-up 1-3 with the memory scan on step 2, phase-timed steps 4-8, steady steps 4-10.
+# 10 steps: warm-up 1-3 with the memory scan on step 2, phase-timed steps 4-10, steady steps 4-10.
 TINY_DEFAULTS = {
     "max_steps": 10, "max_seq_len": 64, "logging_strategy": "no", "save_strategy": "no", "report_to": "none",
     "torch_dtype": "float32", "bf16": False, "synthetic_num_samples": 64, "per_device_train_batch_size": 2,

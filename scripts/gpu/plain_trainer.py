@@ -7,8 +7,9 @@ CUDA events at `on_train_begin` / `on_step_end`, read after one sync at the end 
 the same; this file re-implements it on purpose so that the two measurements share no code).
 
   python3 scripts/gpu/plain_trainer.py --preset llama-3.2-1b --steps 30 --warmup 5 --out plain.json
-  --variant lean (default): the harness's defaults (fused AdamW, no per-step loss check, no logging)
-  --variant hf-defaults: transformers' own defaults for those three knobs (optimizer kept as --optim)
+  --variant lean (default): the harness's defaults (fused AdamW, no per-step loss check, no logging,
+                            non-blocking host-to-device batches)
+  --variant hf-defaults: transformers' own defaults for those knobs (optimizer kept as --optim)
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ def main() -> int:
     p.add_argument("--optim", default="adamw_torch_fused")
     p.add_argument("--attn", default="sdpa")
     p.add_argument("--variant", choices=["lean", "hf-defaults"], default="lean")
-    p.add_argument("--non-blocking", action="store_true", help="pinned, non-blocking host-to-device batches")
     p.add_argument("--out", required=True)
     a = p.parse_args()
 
@@ -77,8 +77,8 @@ def main() -> int:
         output_dir="/tmp/plain-trainer", max_steps=a.steps, per_device_train_batch_size=a.batch, bf16=True,
         optim=a.optim, learning_rate=2e-5, lr_scheduler_type="constant", save_strategy="no", report_to=[],
         dataloader_num_workers=0, disable_tqdm=True, seed=42,
-        **({"logging_strategy": "no", "logging_nan_inf_filter": False} if lean else {}),
-        **({"accelerator_config": {"non_blocking": True}} if a.non_blocking else {}),
+        **({"logging_strategy": "no", "logging_nan_inf_filter": False,
+            "accelerator_config": {"non_blocking": True}} if lean else {}),
     )
     timer = EventTimer()
     started = time.time()
@@ -88,7 +88,7 @@ def main() -> int:
     median = statistics.median(steady)
     tokens = a.batch * a.seq
     result = {
-        "variant": a.variant, "non_blocking": a.non_blocking, "preset": a.preset, "batch": a.batch, "seq": a.seq, "optim": a.optim,
+        "variant": a.variant, "preset": a.preset, "batch": a.batch, "seq": a.seq, "optim": a.optim,
         "attn": a.attn, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "step_seconds": seconds, "warmup_steps": a.warmup, "steady_step_time_median": median,
         "steady_step_time_cv": statistics.stdev(steady) / statistics.fmean(steady),

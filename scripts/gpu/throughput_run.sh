@@ -12,7 +12,7 @@ python3 scripts/gpu/plain_trainer.py --variant lean --out "$out/plain-lean.json"
 python3 benchmark.py "${common[@]}" --results_output_path "$work/pass1"
 cp "$work/pass1/raw_summary.csv" "$out/pass1.csv"
 python3 scripts/gpu/plain_trainer.py --variant hf-defaults --out "$out/plain-hf-defaults.json"
-python3 scripts/gpu/plain_trainer.py --variant lean --non-blocking --out "$out/plain-lean-nonblocking.json"
+python3 scripts/gpu/plain_trainer.py --variant lean --out "$out/plain-lean-after.json"
 for pass in $(seq 2 "$passes"); do
   python3 benchmark.py "${common[@]}" --results_output_path "$work/pass$pass" \
     --run_only_scenarios f-1b-full f-qwen-full f-1b-lora-gc-ga
@@ -25,6 +25,8 @@ frames = []
 for csv in sorted(work.glob("pass*/raw_summary.csv")):
     frame = pd.read_csv(csv); frame.insert(0, "pass", csv.parent.name); frames.append(frame)
 pd.concat(frames).to_csv(out / "throughput_runs.csv", index=False)
+for csv in out.glob("pass*.csv"):
+    csv.unlink()  # merged above; the tool returns at most 8 files
 PY
 tar -czf "$out/experiments.tar.gz" --exclude trainer_output --exclude "*.pickle" -C "$work" .
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpus.csv"

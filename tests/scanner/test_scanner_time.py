@@ -221,3 +221,20 @@ def test_attention_backend_is_read_from_the_operators_that_ran(attn, expected):
     flat = sc.flat_metrics()
     assert flat["scan_attention_backend"] == expected
     assert flat["scan_attention_calls"] == (2 if expected != "none" else 0)  # one call per layer, 2 layers
+
+
+def test_backward_starts_at_whichever_output_gets_a_gradient_first():
+    """A loss built outside the model from another output (TRL's fused head returns log-probabilities) must
+    still be timed as backward, not as 'other'."""
+    from scanner_testlib import Trainer
+
+    class OutsideLoss(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = model(**inputs)  # out.loss exists and requires grad, like TRL's fused output ...
+            return out.logits.float().logsumexp(-1).mean()  # ... but the loss used is built from another output
+
+    sc = Scanner(steps=2, time_steps="4-5", output=None, log_to_trainer=False)
+    train(tiny_llama(), sc, trainer_cls=OutsideLoss, max_steps=5)
+    assert [s.step for s in sc.report.time_steps] == [4, 5]
+    for step in [*sc.report.steps, *sc.report.time_steps]:
+        assert step.time_backward > 0, step  # without the gradient on out.loss it used to stay 0

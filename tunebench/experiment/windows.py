@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-AUTO_TIMED_STEPS = 5
+AUTO_TIMED_STEPS = 9  # the median of 9 light-hook steps: robust to one or two outliers
 
 
 @dataclass(frozen=True)
