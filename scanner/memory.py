@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import time
 from collections.abc import Iterable
 
 import torch
@@ -161,14 +162,18 @@ def host_rss() -> tuple[int | None, int | None]:
 
 
 def process_start_epoch() -> float | None:
-    """Wall-clock (epoch seconds) at which this process started, from /proc; None where unknown."""
+    """Wall-clock (epoch seconds) at which this process started, from /proc; None where unknown.
+
+    The start is in clock ticks since boot; /proc/uptime (10 ms resolution) turns it into "seconds ago".
+    (The boot time in /proc/stat has whole-second resolution: up to a second off.)
+    """
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             # The command name may contain spaces, so split after its closing parenthesis.
             fields = fh.read().rsplit(")", 1)[1].split()
         start_ticks = int(fields[19])  # field 22 overall: starttime in clock ticks since boot
-        with open("/proc/stat", encoding="ascii") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None

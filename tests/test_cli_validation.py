@@ -80,3 +80,41 @@ def test_readme_gpu_matrix_validates_on_the_cpu_scenario_set(tmp_path):
                      "--results_output_path", str(out), "--dry_run"])
     assert code == 0
     assert len([p for p in out.iterdir() if p.is_dir()]) == 2 * 2 * 2 * 2  # scenarios × configs × GPUs × batches
+
+
+def test_a_regular_file_as_results_path_is_an_input_error(tmp_path, capsys):
+    options = write_inputs(tmp_path, [tiny_scenario()])
+    target = tmp_path / "results.csv"
+    target.write_text("precious")
+    code = cli.main([*options, "--results_output_path", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2 and "exists and is not a directory" in err and "Traceback" not in err
+    assert target.read_text() == "precious"
+
+
+def test_a_second_harness_on_the_same_results_folder_is_refused(tmp_path, capsys):
+    from tunebench.execution.guard import results_lock
+
+    options = write_inputs(tmp_path, [tiny_scenario()])
+    out = tmp_path / "out"
+    with results_lock(out):  # another harness holds the folder
+        code = cli.main([*options, "--results_output_path", str(out), "--dry_run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "results folder in use by" in err and '"pid"' in err
+    assert not list(out.glob("full_*"))  # nothing planned, written or launched
+    assert cli.main([*options, "--results_output_path", str(out), "--dry_run"]) == 0  # free again
+
+
+def test_executor_ray_without_ray_is_exit_2(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    code, err, out = run_cli(tmp_path, capsys, "--executor", "ray", scenarios=[tiny_scenario()])
+    assert code == 2 and "Ray is not installed" in err and "tunebench[ray]" in err and not out.exists()

@@ -7,7 +7,7 @@ import pytest
 from harness_fixtures import tiny_scenario, write_inputs
 
 from tunebench import cli
-from tunebench.execution.runner import skip_reason
+from tunebench.execution.experiment_run import skip_reason
 from tunebench.experiment.arguments import DataArguments
 from tunebench.experiment.data import prepare_dataset, synthetic_lengths
 from tunebench.experiment.models import PRESETS, build_tokenizer, load_config, resolve_model_source

@@ -61,11 +61,11 @@ def test_median_is_known_needs_enough_steps_and_a_tight_interval():
 
 def test_step_windows_put_the_memory_scan_inside_the_warm_up():
     w = plan_windows(5, 30)
-    assert w.memory == (4, 4) and w.timed == (6, 14) and not w.excluded
-    assert (w.scan_steps, w.time_steps) == ("4", "6-14")
+    assert w.memory == (4, 4) and w.timed == (6, 30) and not w.excluded
+    assert (w.scan_steps, w.time_steps) == ("4", "6-30")
     assert plan_windows(5, 8).timed == (6, 8) and plan_windows(5, 5).timed is None
     user = plan_windows(5, 30, scan_steps="10")
-    assert user.excluded == {10, 11} and user.timed == (12, 20)
+    assert user.excluded == {10, 11} and user.timed == (12, 30)
     assert plan_windows(5, 30, scanning=False) .memory is None
     with pytest.raises(ValueError, match="ends after max_steps"):
         plan_windows(5, 3, scan_steps="5")

@@ -11,7 +11,9 @@ from pathlib import Path
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.runner import RunOptions, run_matrix
+from tunebench.execution.experiment_run import RunOptions
+from tunebench.execution.guard import HarnessStopped, check_results_path, results_lock, stop_on_signals
+from tunebench.execution.runner import run_matrix
 from tunebench.matrix.expansion import Matrices, expand
 from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
 from tunebench.matrix.validation import Sources, validate
@@ -93,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="auto: cuda if nvidia-smi lists GPUs")
     opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
     opt("--no_resume", action="store_true", help="re-run experiments that already completed")
+    opt("--executor", choices=["local", "ray"], default="local",
+        help="local: this machine; ray: one Ray task per experiment on a Ray cluster (pip install 'tunebench[ray]')")
+    opt("--max_concurrent", type=int, default=1,
+        help="local executor: experiments side by side on disjoint GPU sets (CPU: process slots); default 1")
+    opt("--cpu_slots", type=int, default=0, help="CPU runs: process slots to pack onto (default: the cores)")
+    opt("--exclusive_timing", action="store_true",
+        help="run every experiment alone on the machine (a scenario can ask for it with `exclusive: true`)")
+    opt("--ray_address", default=None, help="Ray cluster to join: auto, host:port or ray://host:port (default: a "
+        "local Ray instance)")
+    opt("--ray_transfer", choices=["object", "shared"], default="object",
+        help="how experiment folders reach this machine: object (through Ray) or shared (a shared filesystem)")
+    opt("--no_preload", action="store_true",
+        help="start every experiment in a fresh interpreter (default: fork single-process ones from a server "
+        "that imported torch/transformers/TRL once)")
     opt("--compare_with", help="reference CSV: compare this run's results with it after the matrix (exit 1 on regression)")
     opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",
         help="thresholds for --compare_with, as `benchmark.py compare --threshold` (e.g. throughput=50)")
@@ -124,6 +140,17 @@ def plan(options: argparse.Namespace):
     memory_logging = {m.strip() for m in options.memory_logging.split(",") if m.strip()}
     memory_logging |= {"nvidia"} if options.log_nvidia_smi else set()
     memory_logging |= {"huggingface"} if options.log_memory_hf else set()
+    problems += check_results_path(Path(options.results_output_path))
+    if options.executor != "local" and not options.dry_run:
+        from tunebench.execution.executors import make_executor
+
+        try:
+            make_executor(options.executor)  # a missing optional dependency is an input error, before anything runs
+        except InputError as exc:
+            problems += exc.problems
+    if options.max_concurrent < 1 or options.cpu_slots < 0:
+        problems.append(InputProblem("command line", "--max_concurrent/--cpu_slots", "must be >= 1 / >= 0",
+                                     "e.g. --max_concurrent 2"))
     if problems:
         raise InputError(problems)
     selected = scenario_file.scenarios
@@ -148,6 +175,13 @@ def plan(options: argparse.Namespace):
     return experiments, device_type, gpus, memory_logging
 
 
+def _input_error(exc: InputError) -> int:
+    print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  - {problem}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
@@ -164,21 +198,26 @@ def main(argv: list[str] | None = None) -> int:
             from tunebench.execution.preparation import preprocess_data
             preprocess_data(experiments, build=not options.no_data_processing)
     except InputError as exc:
-        print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  - {problem}", file=sys.stderr)
-        return 2
+        return _input_error(exc)
     output_dir = Path(options.results_output_path)
-    print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     run_options = RunOptions(
         output_dir=output_dir, accelerate_config_path=options.accelerate_config, timeout_seconds=options.timeout,
         dry_run=options.dry_run, resume=not options.no_resume, available_gpus=list(range(len(gpus))),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
         log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms,
-        nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env,
+        nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env, preload=not options.no_preload,
+        executor=options.executor, max_concurrent=options.max_concurrent, cpu_slots=options.cpu_slots,
+        exclusive_timing=options.exclusive_timing, ray_address=options.ray_address, ray_transfer=options.ray_transfer,
     )
     try:
-        rows = run_matrix(experiments, run_options)
+        with stop_on_signals(), results_lock(output_dir):
+            print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
+            rows = run_matrix(experiments, run_options)
+    except InputError as exc:
+        return _input_error(exc)
+    except HarnessStopped as exc:
+        print(f"stopped by {exc}: every running experiment was stopped; finished rows are kept", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print("interrupted: every running experiment was stopped", file=sys.stderr)
         return 130

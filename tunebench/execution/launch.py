@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ class LaunchSpec:
     env: dict[str, str]  # complete environment of the child
     repro_env: dict[str, str]  # the subset written into command.sh
     cwd: str
+    entry_argv: list[str] | None = None  # single process: the training entry's own arguments (for preloading)
 
 
 def entry_arguments(experiment: Experiment, output_dir: Path) -> dict[str, Any]:
@@ -118,7 +120,8 @@ def build_launch(
         if key.startswith(_REPRO_ENV_PREFIXES) and key not in repro_env:
             repro_env[key] = value
     env = {**os.environ, **repro_env}
-    return LaunchSpec(argv=argv, env=env, repro_env=repro_env, cwd=os.getcwd())
+    return LaunchSpec(argv=argv, env=env, repro_env=repro_env, cwd=os.getcwd(),
+                      entry_argv=training_argv if nproc == 1 else None)
 
 
 def command_script(spec: LaunchSpec) -> str:
@@ -138,21 +141,47 @@ class ProcessOutcome:
     started_unix: float = 0.0  # wall clock when the process was spawned
 
 
-def kill_process_group(proc: subprocess.Popen, grace_seconds: float = 10.0) -> None:
-    """SIGTERM the whole group (launcher + every rank), then SIGKILL what is left: no orphans."""
+def kill_process_group(proc, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the whole group (launcher + every rank), then SIGKILL what is left: no orphans.
+
+    `proc` is a Popen or a PreloadedProcess; its pid is its process group id (both start a new session).
+    """
     if proc.poll() is not None and not _group_alive(proc.pid):
         return
     for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            if proc.poll() is not None:
+                return
+            os.kill(proc.pid, sig)  # a fork not yet in its own session: signal the process itself
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if proc.poll() is not None and not _group_alive(proc.pid):
                 return
             time.sleep(0.05)
     proc.wait(timeout=5)
+
+
+class PreloadedProcess:
+    """A Popen-like view (pid, poll, wait, returncode) of an experiment forked from the preload server."""
+
+    def __init__(self, process):
+        self.process = process
+        self.pid = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(f"preloaded experiment {self.pid}", timeout)
+        return self.process.exitcode
 
 
 def _group_alive(pgid: int) -> bool:
@@ -180,21 +209,77 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None) -> ProcessOutcome:
-    """Run to completion or timeout; on timeout or Ctrl-C the whole process group is killed."""
+def _new_group_dying_with_parent():
+    """A preexec_fn: own session (process group) and SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG),
+    so an experiment never outlives a harness (or Ray worker) that was SIGKILLed. prctl is resolved here, in
+    the parent: the child only makes two system calls between fork and exec."""
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            prctl = None
+
+    def preexec() -> None:
+        os.setsid()
+        if prctl is not None:
+            prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
+def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None,
+                preload: bool = False) -> ProcessOutcome:
+    """Run to completion or timeout; on timeout or Ctrl-C the whole process group is killed.
+
+    `preload`: a single-process experiment is forked from the preload server instead of a new interpreter
+    (same entry, arguments and environment; see tunebench.execution.preload).
+    """
     start, started_unix = time.monotonic(), time.time()
+    if preload and spec.entry_argv is not None:
+        from tunebench.execution import preload as preloader
+
+        proc = PreloadedProcess(preloader.start(spec.entry_argv, spec.env, spec.cwd, str(stdout_path),
+                                                str(stderr_path)))
+        return _wait(proc, start, started_unix, timeout_seconds)
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=timeout_seconds)
-            # Ranks can outlive a launcher that exited early; reap the group either way.
-            kill_process_group(proc, grace_seconds=2.0)
-            return ProcessOutcome(returncode, False, time.monotonic() - start, started_unix)
-        except subprocess.TimeoutExpired:
-            logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
-            kill_process_group(proc)
-            return ProcessOutcome(proc.returncode, True, time.monotonic() - start, started_unix)
-        except KeyboardInterrupt:
-            kill_process_group(proc, grace_seconds=3.0)
-            raise
+                                stdin=subprocess.DEVNULL, preexec_fn=_new_group_dying_with_parent())
+        return _wait(proc, start, started_unix, timeout_seconds)
+
+
+# Every experiment process group currently running in this harness (the executors' worker threads start
+# them): `stop_all()` ends them all when the harness is interrupted or terminated.
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_all(grace_seconds: float = 3.0) -> int:
+    """Kill every running experiment's process group; returns how many there were."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        kill_process_group(proc, grace_seconds=grace_seconds)
+    return len(running)
+
+
+def _wait(proc, start: float, started_unix: float, timeout_seconds: float | None) -> ProcessOutcome:
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        returncode = proc.wait(timeout=timeout_seconds)
+        # Ranks can outlive a launcher that exited early; reap the group either way.
+        kill_process_group(proc, grace_seconds=2.0)
+        return ProcessOutcome(returncode, False, time.monotonic() - start, started_unix)
+    except subprocess.TimeoutExpired:
+        logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
+        kill_process_group(proc)
+        return ProcessOutcome(proc.returncode, True, time.monotonic() - start, started_unix)
+    except BaseException:  # Ctrl-C, SIGTERM/SIGHUP turned into exceptions: stop the experiment first
+        kill_process_group(proc, grace_seconds=3.0)
+        raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)

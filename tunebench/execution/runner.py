@@ -1,164 +1,61 @@
-"""Run expanded experiments one by one (resume, skip, launch, classify) and merge their rows."""
+"""The matrix loop: resume, skip and dry-run decisions, then the chosen executor, with the CSVs kept current."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import shutil
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from tunebench.execution.failures import classify
-from tunebench.execution.launch import build_launch, command_script, run_process
-from tunebench.fileio import write_atomic
+from tunebench.execution.executors import make_executor
+from tunebench.execution.experiment_run import RunOptions, base_row, reusable_row, run_one, skip_reason
+from tunebench.execution.progress import MatrixProgress
 from tunebench.matrix.expansion import Experiment
 from tunebench.results import summaries as results
-from tunebench.telemetry.steady_energy import steady_energy_columns
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class RunOptions:
-    output_dir: Path
-    accelerate_config_path: str | None = None
-    timeout_seconds: float | None = 1800.0
-    dry_run: bool = False
-    resume: bool = True
-    available_gpus: list[int] = field(default_factory=list)
-    log_nvidia_smi: bool = False
-    nvidia_smi_loop_ms: int = 100
-    nvidia_smi_backend: str = "nvidia-smi"
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-
-class GpuPool:
-    """Hands out disjoint GPU sets. Runs are sequential today; the pool is what lets them overlap later."""
-
-    def __init__(self, gpu_ids: list[int]):
-        self.free = list(gpu_ids)
-
-    def acquire(self, count: int) -> list[int] | None:
-        if count > len(self.free):
-            return None
-        taken, self.free = self.free[:count], self.free[count:]
-        return taken
-
-    def release(self, gpu_ids: list[int]) -> None:
-        self.free = sorted(set(self.free) | set(gpu_ids))
-
-
-def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
-    fc = experiment.framework_config
-    if experiment.num_gpus < fc.min_gpus:
-        return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
-    if experiment.device_type == "cpu" and "fsdp" in experiment.arguments and experiment.arguments["fsdp"]:
-        return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
-    if experiment.device_type == "cuda" and experiment.num_gpus > available_gpus:
-        return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
-    return None
-
-
-def base_row(experiment: Experiment) -> dict[str, Any]:
-    return {**results.flatten_arguments(experiment.arguments), **experiment.describe()}
-
-
-def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
-    row = results.read_row(folder)
-    if row and row.get("status") == "ok" and row.get("experiment_id") == experiment_id:
-        return row
-    return None
-
-
-def _clear_previous_attempt(folder: Path) -> None:
-    """Only files this harness writes, inside the experiment's own folder, are removed."""
-    for pattern in ("results.json", "steps.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv"):
-        for path in folder.glob(pattern):
-            path.unlink()
-    shutil.rmtree(folder / "trainer_output", ignore_errors=True)
-
-
-def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: RunOptions):
-    if not (options.log_nvidia_smi and experiment.device_type == "cuda"):
-        return contextlib.nullcontext(None)
-    from tunebench.telemetry.gpus import query_gpus, resolve_visible_gpus
-    from tunebench.telemetry.sidecar import NvidiaSmiSidecar
-
-    try:
-        gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())
-    except ValueError as exc:  # the sidecar is an observer: it never stops the matrix
-        logger.warning("nvidia-smi sidecar disabled for %s: %s", folder.name, exc)
-        return contextlib.nullcontext(None)
-    return NvidiaSmiSidecar(gpus, folder, loop_ms=options.nvidia_smi_loop_ms, backend=options.nvidia_smi_backend)
-
-
-def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
-    folder = options.output_dir / experiment.folder_name
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = build_launch(experiment, folder, gpu_ids, options.accelerate_config_path, options.extra_env)
-    write_atomic(folder / "command.sh", command_script(spec))
-    (folder / "command.sh").chmod(0o755)
-    write_atomic(folder / "config.json", json.dumps({
-        **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
-        "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
-    row = base_row(experiment)
-    if options.dry_run:
-        return {**row, "status": "dry_run"}
-    _clear_previous_attempt(folder)
-    with _sidecar(experiment, gpu_ids, folder, options) as sidecar:
-        outcome = run_process(spec, folder / "stdout.log", folder / "stderr.log", options.timeout_seconds)
-    produced = results.read_row(folder)
-    if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
-        row.update(produced)
-    else:
-        stderr_text = (folder / "stderr.log").read_text(errors="replace")
-        row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
-    row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
-    if row.get("process_start_unix"):
-        # launcher (accelerate/torchrun) start-up before the training entry's own process began
-        row["startup_launcher_seconds"] = max(0.0, row["process_start_unix"] - outcome.started_unix)
-    if sidecar is not None:
-        row.update(sidecar.summary(nonpad_tokens=row.get("train_nonpad_tokens")))
-        row.update(steady_energy_columns(sidecar, folder))
-    row.update(experiment.describe())  # identity columns win over anything the child wrote
-    results.write_row(folder, row)
-    return row
-
-
 def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[str, Any]]:
-    pool = GpuPool(options.available_gpus)
-    rows: list[dict[str, Any]] = []
-    progress = tqdm(experiments, desc="experiments", unit="exp", disable=None)
-    for experiment in progress:
-        progress.set_postfix_str(f"{experiment.scenario}/{experiment.framework_config.name}")
+    """Rows of every experiment that finished (or was reused, skipped, dry-run), in matrix order."""
+    rows: dict[int, dict[str, Any]] = {}
+    todo: list[int] = []
+    for index, experiment in enumerate(experiments):
         folder = options.output_dir / experiment.folder_name
         previous = reusable_row(folder, experiment.experiment_id) if options.resume and not options.dry_run else None
         if previous is not None:
             logger.info("resume: %s already completed, skipping", experiment.folder_name)
-            rows.append(previous)
+            rows[index] = previous
             continue
         reason = skip_reason(experiment, len(options.available_gpus))
         if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
             row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
-            rows.append({**row, "error_messages": f"would be skipped here: {reason}" if reason else ""})
+            rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
             continue
         if reason:
             logger.warning("skipping %s: %s", experiment.folder_name, reason)
-            row = {**base_row(experiment), "status": "skipped", "error_messages": reason}
+            rows[index] = {**base_row(experiment), "status": "skipped", "error_messages": reason}
             folder.mkdir(parents=True, exist_ok=True)
-            results.write_row(folder, row)
-            rows.append(row)
+            results.write_row(folder, rows[index])
             continue
-        gpu_ids = pool.acquire(experiment.num_gpus) if experiment.device_type == "cuda" else []
-        try:
-            rows.append(run_one(experiment, gpu_ids or [], options))
-        finally:
-            pool.release(gpu_ids or [])
-        logger.info("%s: %s", experiment.folder_name, rows[-1]["status"])
+        todo.append(index)
+    if not todo:
+        return [rows[i] for i in sorted(rows)]
+
+    executor = make_executor(options.executor)
+    planned = [experiments[i] for i in todo]
+    progress = MatrixProgress([e.folder_name for e in planned], options.max_concurrent)
+
+    def finished(position: int, row: dict[str, Any]) -> None:
+        index = todo[position]
+        row.update(experiments[index].describe())  # identity columns win over anything else
+        results.write_row(options.output_dir / experiments[index].folder_name, row)
+        rows[index] = row
+        progress.finished(position, row.get("status", "?"))
+        logger.info("%s: %s", experiments[index].folder_name, row.get("status"))
         # Keep the CSVs current: a long matrix that is interrupted still leaves every finished row behind.
-        results.write_summaries(options.output_dir, rows)
-    return rows
+        results.write_summaries(options.output_dir, [rows[i] for i in sorted(rows)])
+
+    try:
+        executor.run(planned, options, finished, progress)
+    finally:
+        progress.close()
+    return [rows[i] for i in sorted(rows)]

@@ -63,8 +63,8 @@ class BenchArguments:
     )
     scan_time_steps: str = field(
         default="auto",
-        metadata={"help": "steps whose phases the scanner times with light hooks only: 'auto' (the first 9 steady "
-                  "steps), '6-14' or 'off' (phases from the memory-scanned step)"},
+        metadata={"help": "steps whose phases the scanner times with light hooks only: 'auto' (every steady "
+                  "step), '6-14' or 'off' (phases from the memory-scanned step)"},
     )
     steady_warmup_steps: int = field(
         default=5, metadata={"help": "optimizer steps left out of the steady-state statistics"}

@@ -38,6 +38,7 @@ class Experiment:
     arguments: dict[str, Any]
     effective_batch_size: int | None = None
     slow: bool = False
+    exclusive: bool = False  # scheduling only (runs alone): not part of the identity
     accelerate_config: dict[str, Any] = field(default_factory=dict)  # content of accelerate.yaml (N > 1)
 
     @property
@@ -179,7 +180,7 @@ def expand(
                     ebs = args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * num_gpus
                 experiments.append(Experiment(
                     scenario=scenario.name, framework_config=fc, num_gpus=num_gpus, device_type=device_type,
-                    arguments=args, effective_batch_size=ebs, slow=scenario.slow,
+                    arguments=args, effective_batch_size=ebs, slow=scenario.slow, exclusive=scenario.exclusive,
                     accelerate_config=accelerate_config,
                 ))
     return experiments

@@ -33,6 +33,7 @@ class Scenario:
     framework_configs: list[str | None]
     arguments: dict[str, Any]
     slow: bool = False
+    exclusive: bool = False  # run alone on the machine (timing-critical), whatever --max_concurrent says
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,9 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
         if name in seen:
             problems.append(InputProblem(source, f"{key}.name", "duplicate scenario name", "give each a unique name"))
         seen.add(name)
-        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow"}):
+        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow", "exclusive"}):
             problems.append(InputProblem(source, f"{key}.{extra}", "unknown scenario key",
-                                         "allowed: name, framework_config, arguments, slow"))
+                                         "allowed: name, framework_config, arguments, slow, exclusive"))
         fcs = entry.get("framework_config", [None])
         if fcs is None or isinstance(fcs, str):
             fcs = [fcs]
@@ -105,12 +106,14 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
                                          "expected a list of framework config names or null",
                                          "e.g. `framework_config: [null, gradient-checkpointing]`"))
             fcs = [None]
-        slow = entry.get("slow", False)
-        if not isinstance(slow, bool):
-            problems.append(InputProblem(source, f"{key}.slow", f"expected true/false, got {slow!r}", "use true or false"))
-            slow = False
+        slow, exclusive = entry.get("slow", False), entry.get("exclusive", False)
+        for flag, value in (("slow", slow), ("exclusive", exclusive)):
+            if not isinstance(value, bool):
+                problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {value!r}",
+                                             "use true or false"))
+        slow, exclusive = slow is True, exclusive is True
         arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
-        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow))
+        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow, exclusive))
     return ScenarioFile(scenarios, dict(data_processing))
 
 

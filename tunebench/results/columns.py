@@ -126,6 +126,8 @@ REGISTRY: tuple[Column, ...] = (
     _m("startup_launcher_seconds", "s", LOWER, "time", S_START,
        "harness spawn → the training entry's process started (accelerate/torchrun start-up)"),
     _m("experiment_wall_seconds", "s", LOWER, "time", S_START, "whole subprocess, spawn to exit"),
+    _m("startup_preload_seconds", "s", None, "time", S_START,
+       "preloaded experiments: the one-time import cost of the matrix's preload server (not in startup_seconds)"),
     _m("entry_wall_seconds", "s", LOWER, "time", S_START, "training entry: arguments parsed → results written"),
     # ---------------------------------------------------------------- memory (harness)
     _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM, "peak host RSS of rank 0 (`ru_maxrss`)"),
@@ -219,6 +221,14 @@ REGISTRY: tuple[Column, ...] = (
     _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
     # ---------------------------------------------------------------- bookkeeping
     _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
+    _k("experiment_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the harness launched the experiment"),
+    _k("experiment_end_unix", BOOKKEEPING, "s", S_BOOK, "unix time its process group was gone"),
+    _k("executor", BOOKKEEPING, "-", S_BOOK, "`local` or `ray`"),
+    _k("ray_node", BOOKKEEPING, "-", S_BOOK, "with `--executor ray`: IP address of the node that ran it"),
+    _k("concurrent_experiments", BOOKKEEPING, "count", S_BOOK,
+       "other experiments that ran at any moment during this one (shared host CPU, PCIe, power: timing may suffer)"),
+    _k("startup_preloaded", BOOKKEEPING, "-", S_BOOK,
+       "forked from the preload server (torch/transformers/TRL imported once per matrix) instead of a new interpreter"),
 )
 
 _EXACT = {c.name: c for c in REGISTRY if c.pattern is None}

@@ -1,0 +1,89 @@
+"""The local executor: experiments side by side on disjoint GPU sets of this machine (process slots on CPU).
+
+Each running experiment has its own CUDA_VISIBLE_DEVICES, rendezvous port, sidecar (restricted to its GPUs)
+and process group; a worker thread waits for it while the driver thread schedules, records rows and keeps the
+CSVs current. With `max_concurrent` 1 (the default) experiments run one after another, in matrix order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import replace
+from typing import Any
+
+from tunebench.execution import launch
+from tunebench.execution.experiment_run import RunOptions, base_row, run_one
+from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlaps
+from tunebench.matrix.expansion import Experiment
+
+logger = logging.getLogger(__name__)
+
+
+class LocalExecutor:
+    name = "local"
+
+    def run(self, experiments: list[Experiment], options: RunOptions,
+            finished: Callable[[int, dict[str, Any]], None], progress) -> None:
+        cuda = experiments[0].device_type == "cuda"
+        slots = list(options.available_gpus) if cuda else list(range(options.cpu_slots or os.cpu_count() or 1))
+        jobs = [Job(i, e.num_gpus, exclusive=options.exclusive_timing or e.exclusive) for i, e in enumerate(experiments)]
+        scheduler = Scheduler(jobs, SlotPool(slots), options.max_concurrent)
+        if not cuda and options.max_concurrent > 1 and "OMP_NUM_THREADS" not in options.extra_env:
+            # Side by side on CPU, every process's intra-op thread pool sized for the whole machine would
+            # oversubscribe the cores many times over (spin-waiting threads): one slot, its share of cores.
+            share = max(1, (os.cpu_count() or 1) // len(slots))
+            options = replace(options, extra_env={**options.extra_env, "OMP_NUM_THREADS": str(share)})
+        preload_seconds = self._warm_preload(experiments, options)
+        intervals: dict[int, tuple[float, float | None]] = {}
+        pool = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="experiment")
+        running: dict[Any, int] = {}
+        try:
+            while not scheduler.done:
+                for job in scheduler.next_ready():
+                    experiment = experiments[job.key]
+                    intervals[job.key] = (time.monotonic(), None)
+                    where = f"{'GPUs' if cuda else 'slots'} {','.join(map(str, job.slots))}"
+                    progress.started(job.key, where)
+                    running[pool.submit(run_one, experiment, job.slots if cuda else [], options)] = job.key
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    key = running.pop(future)
+                    scheduler.finished(key)
+                    intervals[key] = (intervals[key][0], time.monotonic())
+                    row = self._row(future, experiments[key])
+                    row["concurrent_experiments"] = overlaps(intervals, key)
+                    row["executor"] = self.name
+                    if preload_seconds is not None and row.get("startup_preloaded"):
+                        row["startup_preload_seconds"] = preload_seconds
+                    finished(key, row)
+        except BaseException:
+            # Ctrl-C, or SIGTERM/SIGHUP turned into an exception by the CLI: the worker threads are blocked
+            # in their experiments' waits, so the driver ends every running group itself.
+            stopped = launch.stop_all()
+            logger.warning("stopping: %d running experiment(s) killed", stopped)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    @staticmethod
+    def _warm_preload(experiments: list[Experiment], options: RunOptions) -> float | None:
+        """Start the preload server once (its imports), when some experiment will be forked from it."""
+        if not options.preload or not any(e.num_gpus == 1 for e in experiments):
+            return None
+        from tunebench.execution import preload
+
+        seconds = preload.warm()
+        logger.info("preload server ready in %.1f s (torch, transformers, TRL imported once for the matrix)", seconds)
+        return seconds
+
+    @staticmethod
+    def _row(future, experiment: Experiment) -> dict[str, Any]:
+        try:
+            return future.result()
+        except Exception as exc:  # a harness bug must cost one row, not the matrix
+            logger.exception("experiment %s failed in the harness", experiment.folder_name)
+            return {**base_row(experiment), "status": "error", "error_messages": f"harness error: {exc!r}"}

@@ -1,0 +1,95 @@
+"""Single-process experiments forked from a server that imported torch, transformers and TRL once per matrix.
+
+Importing torch, transformers, TRL, PEFT and datasets is most of an experiment's start-up (12-17 s of 13-18 s
+on the GPU machines measured; docs/evidence/throughput-h100): every experiment of a matrix paid it again.
+multiprocessing's forkserver imports them once (`set_forkserver_preload`); each experiment is then a fork of
+that server, in its own session (process group), with its own environment, working directory and log files,
+running the same `tunebench.experiment.train.main` that `command.sh` runs. CUDA is never initialised in the
+server, so every fork starts with a clean device and the CUDA_VISIBLE_DEVICES it is given.
+
+Multi-process experiments keep their launcher (torchrun / accelerate launch starts its own processes).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+logger = logging.getLogger(__name__)
+
+# What the server imports once; an experiment's own imports then find them in sys.modules.
+PRELOAD_MODULES = ["tunebench.experiment.preloaded"]
+_context = None
+
+
+def _server():
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD_MODULES)
+    return _context
+
+
+def warm() -> float:
+    """Start the server (it imports the modules) and return how long that took, in seconds."""
+    started = time.monotonic()
+    process = _server().Process(target=_noop, daemon=False)
+    process.start()
+    process.join()
+    return time.monotonic() - started
+
+
+def _noop() -> None:
+    pass
+
+
+def start(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str):
+    """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
+    process = _server().Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path), daemon=False)
+    process.start()
+    return process
+
+
+def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str) -> None:
+    os.setsid()  # its own process group, as a launched experiment has: the harness kills the whole group
+    _die_with_server()
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(handle, fd)
+        os.close(handle)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt, as in python
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():  # the server's thread pool was sized for the whole machine
+        import torch
+
+        torch.set_num_threads(int(threads))
+    from tunebench.experiment.train import main
+
+    sys.argv = ["tunebench.experiment.train", *argv]
+    sys.exit(main(argv))  # multiprocessing turns SystemExit into the exit code, after normal clean-up
+
+
+def _die_with_server() -> None:
+    """SIGKILL this experiment if the server (its parent) dies, e.g. because the harness was SIGKILLed."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        logger.warning("prctl unavailable: a preloaded experiment will not die with its server")
