@@ -11,7 +11,7 @@ TINY_DEFAULTS = {
     "max_steps": 10, "max_seq_len": 64, "logging_strategy": "no", "save_strategy": "no", "report_to": "none",
     "torch_dtype": "float32", "bf16": False, "synthetic_num_samples": 64, "per_device_train_batch_size": 2,
     "learning_rate": 1e-3, "steady_warmup_steps": 3, "steady_min_steps": 5, "synthetic_length_distribution": "uniform",
-    "optim": "adamw_torch_fused", "logging_nan_inf_filter": False,
+    "optim": "adamw_torch_fused", "logging_nan_inf_filter": False, "gradient_checkpointing": False,  # TRL defaults to True
 }
 
 

@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
-SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report"}
+SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
+               "verify": "tunebench.verify.command"}
 
 
 def _split(values: list[str]) -> list[str]:
@@ -106,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         "local Ray instance)")
     opt("--ray_transfer", choices=["object", "shared"], default="object",
         help="how experiment folders reach this machine: object (through Ray) or shared (a shared filesystem)")
+    opt("--plan", action="store_true",
+        help="predict each experiment's memory by category before launching (pred_* columns); `benchmark.py "
+        "plan` does only that")
+    opt("--plan_device", default=None, help="GPU to plan for: a name (\"NVIDIA H100 80GB HBM3\") or a size "
+        "(80GiB); default: the GPUs present")
+    opt("--skip_predicted_oom", action="store_true",
+        help="experiments predicted not to fit are `skipped` with the predicted peak (implies --plan)")
     opt("--no_preload", action="store_true",
         help="start every experiment in a fresh interpreter (default: fork single-process ones from a server "
         "that imported torch/transformers/TRL once)")
@@ -175,6 +183,20 @@ def plan(options: argparse.Namespace):
     return experiments, device_type, gpus, memory_logging
 
 
+def _predictions(options, experiments, gpus) -> dict:
+    """pred_* columns per experiment_id, for the device given by --plan_device or the GPUs present."""
+    from tunebench.planning.plan_matrix import plan_experiments
+    from tunebench.planning.predict import device_capacity
+
+    try:
+        capacity = device_capacity(options.plan_device, gpus[0].memory_total_mib if gpus else None)
+    except ValueError as exc:
+        raise InputError([InputProblem("command line", "--plan_device", str(exc), "e.g. --plan_device 80GiB")]) from None
+    if capacity is None and any(e.device_type == "cuda" for e in experiments):
+        logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
+    return plan_experiments(experiments, capacity, host_budget=bool(options.plan_device))
+
+
 def _input_error(exc: InputError) -> int:
     print(f"tunebench: {len(exc.problems)} problem(s) in the input; nothing was run:", file=sys.stderr)
     for problem in exc.problems:
@@ -187,18 +209,26 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
         return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
-    options = build_parser().parse_args(argv)
+    planning_only = bool(argv) and argv[0] == "plan"
+    options = build_parser().parse_args(argv[1:] if planning_only else argv)
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         experiments, device_type, gpus, memory_logging = plan(options)
         if options.preload_models:
             from tunebench.execution.preparation import preload_models
             preload_models(experiments)
-        if not options.dry_run:
+        if not (options.dry_run or planning_only):
             from tunebench.execution.preparation import preprocess_data
             preprocess_data(experiments, build=not options.no_data_processing)
+        predictions = _predictions(options, experiments, gpus) if planning_only or options.plan or \
+            options.skip_predicted_oom else {}
     except InputError as exc:
         return _input_error(exc)
+    if planning_only:
+        from tunebench.planning.plan_matrix import plan_table
+
+        print(plan_table(experiments, predictions).to_string(index=False))
+        return 0
     output_dir = Path(options.results_output_path)
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     run_options = RunOptions(
@@ -208,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env, preload=not options.no_preload,
         executor=options.executor, max_concurrent=options.max_concurrent, cpu_slots=options.cpu_slots,
         exclusive_timing=options.exclusive_timing, ray_address=options.ray_address, ray_transfer=options.ray_transfer,
+        predictions=predictions, skip_predicted_oom=options.skip_predicted_oom,
     )
     try:
         with stop_on_signals(), results_lock(output_dir):

@@ -39,6 +39,8 @@ class RunOptions:
     exclusive_timing: bool = False  # every experiment alone on the machine
     ray_address: str | None = None
     ray_transfer: str = "object"  # object (folders come back through Ray) | shared (a shared filesystem)
+    predictions: dict[str, dict[str, Any]] = field(default_factory=dict)  # experiment_id → pred_* columns
+    skip_predicted_oom: bool = False
 
 
 def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
@@ -52,8 +54,10 @@ def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
     return None
 
 
-def base_row(experiment: Experiment) -> dict[str, Any]:
-    return {**results.flatten_arguments(experiment.arguments), **experiment.describe()}
+def base_row(experiment: Experiment, options: RunOptions | None = None) -> dict[str, Any]:
+    """Arguments, identity and (when planned) the memory prediction: what every row has, failed ones too."""
+    predicted = options.predictions.get(experiment.experiment_id, {}) if options is not None else {}
+    return {**results.flatten_arguments(experiment.arguments), **predicted, **experiment.describe()}
 
 
 def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
@@ -94,7 +98,7 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
     write_atomic(folder / "config.json", json.dumps({
         **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
         "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
-    row = base_row(experiment)
+    row = base_row(experiment, options)
     if options.dry_run:
         return {**row, "status": "dry_run"}
     _clear_previous_attempt(folder)
@@ -117,6 +121,10 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
     if sidecar is not None:
         row.update(sidecar.summary(nonpad_tokens=row.get("train_nonpad_tokens")))
         row.update(steady_energy_columns(sidecar, folder))
+    if row.get("pred_mem_peak") is not None:
+        from tunebench.planning.predict import error_columns
+
+        row.update(error_columns(row))
     row.update(experiment.describe())  # identity columns win over anything the child wrote
     results.write_row(folder, row)
     return row

@@ -25,14 +25,14 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
             logger.info("resume: %s already completed, skipping", experiment.folder_name)
             rows[index] = previous
             continue
-        reason = skip_reason(experiment, len(options.available_gpus))
+        reason = skip_reason(experiment, len(options.available_gpus)) or predicted_oom(experiment, options)
         if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
             row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
             rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
             continue
         if reason:
             logger.warning("skipping %s: %s", experiment.folder_name, reason)
-            rows[index] = {**base_row(experiment), "status": "skipped", "error_messages": reason}
+            rows[index] = {**base_row(experiment, options), "status": "skipped", "error_messages": reason}
             folder.mkdir(parents=True, exist_ok=True)
             results.write_row(folder, rows[index])
             continue
@@ -59,3 +59,15 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
     finally:
         progress.close()
     return [rows[i] for i in sorted(rows)]
+
+
+def predicted_oom(experiment: Experiment, options: RunOptions) -> str | None:
+    """With --skip_predicted_oom: why an experiment predicted not to fit is not launched."""
+    predicted = options.predictions.get(experiment.experiment_id, {})
+    if not options.skip_predicted_oom or predicted.get("pred_fits") is not False:
+        return None
+    gib = 1024**3
+    usable = predicted["pred_fit_margin_bytes"] + predicted["pred_mem_peak"]
+    return (f"predicted OOM: peak {predicted['pred_mem_peak'] / gib:.2f} GiB per device, more than the "
+            f"{usable / gib:.2f} GiB usable of {predicted['pred_capacity_bytes'] / gib:.2f} GiB "
+            "(--skip_predicted_oom)")

@@ -54,7 +54,7 @@ class LocalExecutor:
                     key = running.pop(future)
                     scheduler.finished(key)
                     intervals[key] = (intervals[key][0], time.monotonic())
-                    row = self._row(future, experiments[key])
+                    row = self._row(future, experiments[key], options)
                     row["concurrent_experiments"] = overlaps(intervals, key)
                     row["executor"] = self.name
                     if preload_seconds is not None and row.get("startup_preloaded"):
@@ -81,9 +81,9 @@ class LocalExecutor:
         return seconds
 
     @staticmethod
-    def _row(future, experiment: Experiment) -> dict[str, Any]:
+    def _row(future, experiment: Experiment, options: RunOptions) -> dict[str, Any]:
         try:
             return future.result()
         except Exception as exc:  # a harness bug must cost one row, not the matrix
             logger.exception("experiment %s failed in the harness", experiment.folder_name)
-            return {**base_row(experiment), "status": "error", "error_messages": f"harness error: {exc!r}"}
+            return {**base_row(experiment, options), "status": "error", "error_messages": f"harness error: {exc!r}"}

@@ -89,7 +89,7 @@ class RayExecutor:
             if experiment.num_gpus > largest[kind]:
                 reason = (f"needs {experiment.num_gpus} {kind}(s) on one node, the largest Ray node has "
                           f"{largest[kind]:g}; experiments spanning several nodes are not supported yet")
-                finished(index, {**base_row(experiment), "status": "skipped", "error_messages": reason,
+                finished(index, {**base_row(experiment, options), "status": "skipped", "error_messages": reason,
                                  "executor": self.name})
                 continue
             resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
@@ -123,7 +123,7 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:  # node died, worker crashed, task failed in the harness
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             logger.warning("%s: Ray task failed: %s", experiment.folder_name, reason)
-            return {**base_row(experiment), "status": "error", "executor": self.name,
+            return {**base_row(experiment, options), "status": "error", "executor": self.name,
                     "error_messages": f"ray: {type(exc).__name__}: {reason}"}
         if archive is not None:
             target = options.output_dir / experiment.folder_name

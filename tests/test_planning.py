@@ -1,0 +1,103 @@
+"""Memory prediction under fake tensors (issue H): exact analytic sizes, CPU activations against the scanner,
+no real weights, bad options, and --skip_predicted_oom."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from harness_fixtures import REPO, tiny_scenario, write_inputs
+
+from tunebench import cli
+from tunebench.planning.fake_step import StepShape, predict_step
+
+
+def analytic(model_name: str, lora_targets=None, r=8):
+    """Parameter count of a preset and of its LoRA adapters, from the config alone."""
+    from tunebench.experiment.models import load_config
+
+    c = load_config(model_name)
+    kv = c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
+    per_layer = 2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * kv + 3 * c.hidden_size * c.intermediate_size
+    per_layer += 2 * c.hidden_size  # the two RMSNorms
+    total = c.num_hidden_layers * per_layer + c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    total += c.hidden_size  # final norm
+    out_dims = {"q_proj": c.hidden_size, "v_proj": kv, "k_proj": kv, "o_proj": c.hidden_size}
+    lora = c.num_hidden_layers * sum(r * (c.hidden_size + out_dims[t]) for t in (lora_targets or []))
+    return total, lora
+
+
+def test_params_grads_optimizer_equal_the_analytic_sizes():
+    total, _ = analytic("preset:llama-small")
+    full = predict_step(StepShape("preset:llama-small", "float32", 2, 64, False), round_to_cuda_blocks=False)
+    assert full["params"] == 4 * total
+    # AdamW: two fp32 states per parameter and one fp32 `step` per parameter tensor (4 layers × 9 + 2 + 1 = 39)
+    assert full["optimizer"] == 8 * total + 4 * 39
+    accum = predict_step(StepShape("preset:llama-small", "float32", 2, 64, False, grad_accum=2),
+                         round_to_cuda_blocks=False)
+    assert accum["grads"] == 4 * total  # with accumulation the peak micro-batch holds every gradient
+    base, lora = analytic("preset:llama-small", ["q_proj", "v_proj"])
+    adapted = predict_step(StepShape("preset:llama-small", "float32", 2, 64, False, grad_accum=2, peft="lora",
+                                     lora_targets=("q_proj", "v_proj")), round_to_cuda_blocks=False)
+    assert adapted["params"] == 4 * (base + lora) and adapted["grads"] == 4 * lora
+    assert adapted["optimizer"] == 8 * lora + 4 * (4 * 2 * 2)  # + a step scalar per LoRA A/B tensor
+
+
+def test_cuda_sizes_are_counted_in_allocator_blocks():
+    exact = predict_step(StepShape("preset:llama-tiny", "float32", 2, 32, False), round_to_cuda_blocks=False)
+    blocks = predict_step(StepShape("preset:llama-tiny", "float32", 2, 32, False), round_to_cuda_blocks=True)
+    from tunebench.experiment.models import load_model
+
+    def padding(nbytes: int) -> int:
+        return -(-nbytes // 512) * 512 - nbytes
+
+    # per parameter tensor: exp_avg and exp_avg_sq rounded up to 512 B blocks, and a 4 B step scalar → 512 B
+    expected = sum(2 * padding(4 * p.numel()) + padding(4) for p in load_model("preset:llama-tiny", "float32").parameters())
+    assert blocks["optimizer"] - exact["optimizer"] == expected > 21 * 508
+    assert all(blocks[k] >= exact[k] for k in exact)
+
+
+def test_predicting_a_1b_model_allocates_no_real_weights():
+    code = ("import resource, sys; sys.path.insert(0, %r);"
+            "from tunebench.planning.fake_step import StepShape, predict_step;"
+            "r = predict_step(StepShape('preset:llama-3.2-1b', 'bfloat16', 1, 128, False));"
+            "print(r['params'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)" % str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    params, rss = map(int, out.stdout.split()[-2:])
+    assert params == 2 * 1_235_814_400  # the real 1B: 2.47 GB of bf16 weights ...
+    assert rss < 1.2 * 1024**3  # ... never materialised (the process stays far below them)
+
+
+@pytest.mark.parametrize("extra, message", [(["--plan_device", "a toaster"], "not a size"),
+                                            (["--plan_device", "3 furlongs"], "not a size")])
+def test_bad_plan_options_exit_2(tmp_path, capsys, extra, message):
+    options = write_inputs(tmp_path, [tiny_scenario()])
+    assert cli.main(["plan", *options, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experiment(tmp_path):
+    big = tiny_scenario("huge", model_name_or_path=["preset:llama-small"], per_device_train_batch_size=64,
+                        max_seq_len=2048, synthetic_num_samples=128)
+    scenarios = [tiny_scenario("full", synthetic_length_distribution="fixed"),
+                 tiny_scenario("lora", peft_method="lora", synthetic_length_distribution="fixed"),
+                 tiny_scenario("gc", gradient_checkpointing=True, synthetic_length_distribution="fixed"), big]
+    options = write_inputs(tmp_path, scenarios)
+    out = tmp_path / "results"
+    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(REPO / "benchmark.py"), *options, "--results_output_path", str(out),
+                           "--skip_predicted_oom", "--plan_device", "1GiB"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")
+    assert frame.loc["huge", "status"] == "skipped" and "predicted OOM" in frame.loc["huge", "error_messages"]
+    assert (frame.drop(index="huge")["status"] == "ok").all()  # exactly the oversized one was skipped
+    assert frame.loc["huge", "pred_fits"] in (False, "False") and frame.loc["huge", "pred_mem_peak"] > 1024**3
+    for name in ("full", "lora", "gc"):
+        row = frame.loc[name]
+        assert row["pred_mem_params"] == row["scan_mem_params"] and row["pred_mem_optimizer"] == row["scan_mem_optimizer"]
+        assert abs(row["pred_error_activations"]) < 0.05, (name, row["pred_mem_activations"], row["scan_mem_activations"])
+    assert json.loads(json.dumps(frame.loc["full", "pred_fits"] in (True, "True")))

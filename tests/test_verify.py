@@ -1,0 +1,28 @@
+"""`benchmark.py verify` on CPU: scanner vs torch's MemTracker on the same step, and the scan's cost (issue I)."""
+
+import json
+
+import pytest
+
+from tunebench import cli
+
+
+@pytest.mark.parametrize("extra", [[], ["--peft", "lora", "--gradient_checkpointing"]])
+def test_verify_on_cpu_agrees_with_memtracker(tmp_path, capsys, extra):
+    out = tmp_path / "verify.json"
+    code = cli.main(["verify", "--device", "cpu", "--out", str(out), *extra])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads(out.read_text())
+    by = {row["category"]: row for row in result["categories"]}
+    assert set(by) == {"params", "buffers", "optimizer", "activations"}  # CPU: no grads-at-peak, no temporaries
+    for exact in ("params", "buffers", "optimizer"):
+        assert by[exact]["scanner_bytes"] == by[exact]["memtracker_bytes"], exact
+    assert abs(by["activations"]["difference"]) < 0.03
+    assert abs(result["reported_step_vs_median"]) < 0.5 and len(result["step_seconds"]) == 16
+    assert "scanner vs MemTracker" in printed and "activations" in printed
+
+
+def test_verify_bad_options_exit_2(capsys):
+    assert cli.main(["verify", "--device", "cpu", "--steps", "4"]) == 2
+    assert "--steps" in capsys.readouterr().err

@@ -1,0 +1,255 @@
+"""One real training step of the real model under fake tensors: the peak memory by category, without memory.
+
+The model is built inside `FakeTensorMode` (parameters are fake: shapes, dtypes and strides, no storage), PEFT
+and gradient checkpointing are applied as the training entry applies them, and two optimizer steps run: the
+first creates the optimizer state, the second is measured by torch's `MemTracker`, which sees every tensor's
+creation and death and categorises what is alive at the peak — the same categories as the scanner, whose
+figures matched MemTracker's to 0.00-0.02 % on GPU (docs/evidence/gpu.md §3b). Fake tensors run on the CPU
+dispatch (a CPU-only torch cannot dispatch fake CUDA kernels); the CUDA kernels the harness runs save the same
+tensors for backward (flash/cuDNN attention: output + log-sum-exp), which the GPU evidence checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+CATEGORIES = {  # prediction category -> MemTracker reference types
+    "params": ("Parameter",),
+    "buffers": ("Buffer",),
+    "grads": ("Gradient",),
+    "optimizer": ("Optstate",),
+    "activations": ("Activation",),
+    "temporaries": ("Temp", "Other", "Input"),
+}
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What decides one rank's step memory."""
+
+    model: str  # preset:<name> or a local dir with config.json
+    dtype: str  # weights' dtype
+    micro_batch: int
+    seq_len: int  # padded length of a micro-batch
+    padded: bool  # a padding mask is passed (transformers then keeps the mask: GQA heads are repeated)
+    grad_accum: int = 1
+    peft: str = "none"
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: tuple = ("q_proj", "v_proj")
+    virtual_tokens: int = 20
+    checkpointing: bool = False
+    autocast_bf16: bool = False  # bf16 mixed precision over float32 weights
+    attn_implementation: str | None = None
+    optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
+
+
+def _model(shape: StepShape):
+    """The model as the training entry builds it, on the meta device (PEFT included): no memory at all."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tunebench.experiment.models import load_config
+
+    config = load_config(shape.model)
+    kwargs = {"attn_implementation": shape.attn_implementation} if shape.attn_implementation else {}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, shape.dtype), **kwargs)
+    if shape.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if shape.peft != "none":
+        from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
+
+        if shape.checkpointing:
+            model.enable_input_require_grads()  # what PEFT + Trainer do for checkpointed frozen weights
+        peft_config = (LoraConfig(r=shape.lora_r, lora_alpha=shape.lora_alpha, target_modules=list(shape.lora_targets),
+                                  task_type=TaskType.CAUSAL_LM) if shape.peft == "lora"
+                       else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM))
+        with torch.device("meta"):
+            model = get_peft_model(model, peft_config)
+    model.train()
+    return model, config
+
+
+def _to_fake(model) -> None:
+    """Replace every meta parameter and buffer by a fake CPU tensor of the same shape and dtype, in place.
+
+    (Module.to() would swap fake parameters with swap_tensors, which fails while other modules reference
+    them; assigning into `_parameters` keeps one object per shared parameter, so tied weights stay tied.)
+    """
+    import torch
+
+    made: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            if id(param) not in made:
+                made[id(param)] = torch.nn.Parameter(torch.empty_like(param, device="cpu"),
+                                                     requires_grad=param.requires_grad)
+            module._parameters[name] = made[id(param)]
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None:
+                module._buffers[name] = torch.zeros_like(buffer, device="cpu")
+
+
+def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[str, int]:
+    """Bytes per category alive at the measured step's peak, plus `peak` (their sum)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    model, config = _model(shape)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        _to_fake(model)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        kind = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(shape.optimizer, {"foreach": False})
+        optimizer = torch.optim.AdamW(trainable, lr=1e-5, **kind)
+        for p in trainable:  # step 1 only creates the optimizer state: no forward/backward needed for that
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        ids = torch.randint(3, config.vocab_size, (shape.micro_batch, shape.seq_len))
+        mask = torch.ones_like(ids) if shape.padded else None
+        # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
+        # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
+        tracker = MemTracker()
+        for p in model.parameters():
+            if not p.requires_grad:  # frozen weights cannot take MemTracker's gradient hook
+                tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+        with _cuda_block_rounding(round_to_cuda_blocks):
+            tracker.track_external(model, optimizer)  # sized (and rounded) when registered
+        with _cuda_block_rounding(round_to_cuda_blocks), tracker:
+            if shape.grad_accum > 1:
+                # With accumulation the peak is in a micro-batch that starts with every gradient already there
+                # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
+                for p in trainable:
+                    p.grad = torch.zeros_like(p)
+            meter = SavedTensorMeter(model)
+            with autocast, meter.hooks():
+                # Like Trainer.training_step: the outputs (logits) are dropped before backward.
+                loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss / shape.grad_accum
+            loss.backward()
+            del loss
+            meter.remove()
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        snapshot = tracker.get_tracker_snapshot("peak")
+    device = next(iter(snapshot))
+    peak = {getattr(k, "value", str(k)): int(v) for k, v in snapshot[device].items()}
+    out = {name: sum(peak.get(r, 0) for r in refs) for name, refs in CATEGORIES.items()}
+    # MemTracker files what the optimizer step allocates under its optimizer state; the scanner's `optimizer`
+    # is the state alone (every tensor in optimizer.state), the rest of the step's transients are temporaries.
+    state = _state_bytes(optimizer, round_to_cuda_blocks)
+    out["temporaries"] += max(0, out["optimizer"] - state)
+    out["optimizer"] = state
+    out["peak"] = sum(out.values())
+    out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
+    return out
+
+
+def _state_bytes(optimizer, round_to_cuda_blocks: bool) -> int:
+    import torch
+
+    block = 512 if round_to_cuda_blocks else 1
+    return sum(-(-t.untyped_storage().nbytes() // block) * block
+               for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
+
+
+@contextlib.contextmanager
+def _cuda_block_rounding(enabled: bool):
+    """Size every storage as the CUDA caching allocator would (512-byte blocks) although the fake tensors
+    are on the CPU: MemTracker rounds only for CUDA devices (a private method, patched for the step)."""
+    from torch.distributed._tools import mem_tracker
+
+    info = getattr(mem_tracker, "_WeakRefInfo", None)
+    if not enabled or info is None or not hasattr(info, "_calculate_mem_consumed"):
+        yield
+        return
+    original = info._calculate_mem_consumed
+
+    def rounded(self) -> int:
+        mem = self.size * self.element_size
+        block = mem_tracker._PYTORCH_MIN_ALLOCATE
+        return -(-mem // block) * block
+
+    info._calculate_mem_consumed = rounded
+    try:
+        yield
+    finally:
+        info._calculate_mem_consumed = original
+
+
+class SavedTensorMeter:
+    """The scanner's CPU definition of activations, under fake tensors: the most bytes ever held for backward
+    at once — tensors saved by autograd (parameters and their views excluded) plus the inputs that gradient-
+    checkpointed layers keep for their recompute — each storage counted once while anything holds it."""
+
+    def __init__(self, model):
+        self.excluded = {p.untyped_storage()._cdata for p in model.parameters()}
+        self.excluded |= {b.untyped_storage()._cdata for b in model.buffers()}
+        self.live: dict[int, list[int]] = {}  # storage → [holders, bytes]
+        self.total = self.max = 0
+        self.handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True)
+                        for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
+                        and not any(getattr(c, "gradient_checkpointing", False) is True for c in m.modules() if c is not m)]
+
+    def hooks(self):
+        import torch
+
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor if isinstance(held, _Held) else held)
+
+    def _hold(self, tensor) -> bool:
+        key = tensor.untyped_storage()._cdata
+        if key in self.excluded or isinstance(tensor, __import__("torch").nn.Parameter):
+            return False
+        entry = self.live.setdefault(key, [0, tensor.untyped_storage().nbytes()])
+        if entry[0] == 0:
+            self.total += entry[1]
+            self.max = max(self.max, self.total)
+        entry[0] += 1
+        return True
+
+    def _release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.total -= entry[1]
+
+    def _pack(self, tensor):
+        return _Held(tensor, self) if self._hold(tensor) else tensor
+
+    def _checkpoint_inputs(self, module, args, kwargs):
+        import weakref
+
+        import torch
+
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and self._hold(value):
+                weakref.finalize(value, self._release, value.untyped_storage()._cdata)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+class _Held:
+    __slots__ = ("tensor", "meter", "key")
+
+    def __init__(self, tensor, meter: SavedTensorMeter):
+        self.tensor, self.meter, self.key = tensor, meter, tensor.untyped_storage()._cdata
+
+    def __del__(self):
+        self.meter._release(self.key)
+
+
+class _NoHandle:
+    def remove(self) -> None:
+        pass

@@ -1,0 +1,56 @@
+"""Predictions for a whole matrix (cached per distinct step shape) and the `benchmark.py plan` table."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from tunebench.matrix.expansion import Experiment
+from tunebench.planning.predict import fit_columns, predict, shape_and_sharding
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+
+
+def plan_experiments(experiments: list[Experiment], capacity: int | None,
+                     host_budget: bool = False) -> dict[str, dict[str, Any]]:
+    """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
+
+    `capacity` is one GPU's memory; CPU experiments are judged against it only when `host_budget` (the user
+    gave --plan_device on a CPU matrix: a per-process memory budget).
+    """
+    cache: dict = {}
+    out: dict[str, dict[str, Any]] = {}
+    for experiment in experiments:
+        try:
+            shape, sharding = shape_and_sharding(experiment.arguments, experiment.num_gpus)
+            row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache)
+            judged = experiment.device_type == "cuda" or host_budget
+            row.update(fit_columns(row["pred_mem_peak"], capacity if judged else None))
+        except Exception as exc:  # a prediction never stops the matrix: the run will measure it
+            logger.warning("no memory prediction for %s: %s", experiment.folder_name, exc)
+            row = {"pred_mem_peak": None, "pred_fits": None}
+        logger.info("plan: %s peak %s", experiment.folder_name,
+                    f"{row['pred_mem_peak'] / GIB:.2f} GiB" if row.get("pred_mem_peak") else "unknown")
+        out[experiment.experiment_id] = row
+    return out
+
+
+def plan_table(experiments: list[Experiment], predictions: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for e in experiments:
+        p = predictions.get(e.experiment_id, {})
+        rows.append({"scenario": e.scenario, "framework": e.framework_config.name, "model": e.model_name_or_path,
+                     "gpus": e.num_gpus, "bs×ga": f"{e.arguments.get('per_device_train_batch_size')}×"
+                     f"{e.arguments.get('gradient_accumulation_steps')}",
+                     **{f"{c} GiB": _gib(p, f"pred_mem_{c}") for c in ("params", "grads", "optimizer",
+                                                                        "activations", "temporaries", "peak")},
+                     "fits": p.get("pred_fits"), "margin GiB": _gib(p, "pred_fit_margin_bytes")})
+    return pd.DataFrame(rows)
+
+
+def _gib(row: dict[str, Any], key: str) -> float | None:
+    return None if row.get(key) is None else round(row[key] / GIB, 2)

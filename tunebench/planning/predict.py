@@ -1,0 +1,167 @@
+"""Per-experiment memory prediction: the fake step's categories per rank, sharding, allowances, and the fit.
+
+What the fake step cannot see, and how it is accounted for:
+  * CUDA allocator rounding: every storage is sized in 512-byte blocks, as the caching allocator allocates;
+  * cuBLAS/cuBLASLt workspaces (64 MiB per stream on Hopper) and DDP's gradient buckets: `pred_mem_other`
+    (the scanner's `other`; measured 68 357 632 B on H100 for one process);
+  * fragmentation (reserved − allocated) and the CUDA context: not memory the allocator hands out, so not in
+    `pred_mem_peak`; they are taken off the device's capacity before the fit (CONTEXT_RESERVE);
+  * FSDP: collectives cannot run on fake tensors, so sharding is analytic (below).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tunebench.planning.fake_step import StepShape, predict_step
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+CUBLAS_WORKSPACES = 68_357_632  # scan_mem_other of one process on H100 (docs/evidence/throughput-h100)
+CONTEXT_RESERVE = GIB  # CUDA context (~780 MiB measured) + allocator fragmentation headroom
+# nvidia-smi memory.total (MiB) of common training GPUs, for --plan_device by name.
+DEVICE_MIB = (("H200", 143771), ("H100 80GB", 81559), ("H100 NVL", 95830), ("H100 PCIe", 81559), ("H100", 81559),
+              ("A100-SXM4-80GB", 81920), ("A100 80GB", 81920), ("A100", 40960), ("L40S", 46068), ("L4", 23034),
+              ("B200", 183359), ("A10G", 23028))
+CATEGORIES = ("params", "buffers", "grads", "optimizer", "activations", "temporaries")
+
+
+def device_capacity(spec: str | None, detected_mib: float | None) -> int | None:
+    """Bytes of one GPU: a size ('80GiB', '24GB', '81559MiB'), a GPU name, else the GPU present."""
+    if spec:
+        match = re.fullmatch(r"\s*([\d.]+)\s*(GiB|GB|MiB|MB)\s*", spec, re.I)
+        if match:
+            scale = {"gib": GIB, "gb": 10**9, "mib": 1024**2, "mb": 10**6}[match.group(2).lower()]
+            return int(float(match.group(1)) * scale)
+        for key, mib in DEVICE_MIB:
+            if key.lower() in spec.lower():
+                return mib * 1024**2
+        raise ValueError(f"--plan_device {spec!r}: not a size (e.g. 80GiB) nor a known GPU "
+                         f"({', '.join(k for k, _ in DEVICE_MIB)})")
+    return int(detected_mib * 1024**2) if detected_mib else None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    world: int = 1
+    fsdp: bool = False
+    ddp: bool = False
+
+
+def shape_and_sharding(arguments: dict[str, Any], num_processes: int) -> tuple[StepShape, Sharding]:
+    """What decides the memory of one rank's step, from an experiment's resolved arguments."""
+    from tunebench.execution.launch import to_argv
+    from tunebench.experiment.arguments import StrictArgumentParser
+
+    # Parsed on any machine (no GPU, no FSDP launcher): what those options mean is read from `arguments`.
+    dropped = ("bf16", "fp16", "fsdp", "fsdp_config", "use_cpu", "tf32")
+    args = {**{k: v for k, v in arguments.items() if k not in dropped}, "output_dir": "/nonexistent/plan",
+            "use_cpu": True}
+    model, data, peft, _, training = StrictArgumentParser().parse_argv(to_argv(args))
+    fsdp_config = arguments.get("fsdp_config") or {}
+    fsdp = bool(arguments.get("fsdp"))
+    dtype = "float32" if model.torch_dtype == "auto" else model.torch_dtype
+    padded = not (data.synthetic_length_distribution == "fixed" and data.training_data_path == "synthetic")
+    if training.packing and training.padding_free:
+        padded = False
+    shape = StepShape(
+        model=model.model_name_or_path, dtype=dtype, micro_batch=training.per_device_train_batch_size,
+        seq_len=data.max_seq_len, padded=padded, grad_accum=training.gradient_accumulation_steps,
+        peft=peft.peft_method, lora_r=peft.r, lora_alpha=peft.lora_alpha, lora_targets=tuple(peft.target_modules),
+        virtual_tokens=peft.num_virtual_tokens,
+        checkpointing=bool(training.gradient_checkpointing or fsdp_config.get("activation_checkpointing")),
+        autocast_bf16=bool(arguments.get("bf16") or arguments.get("fp16")),
+        attn_implementation=model.attn_implementation,
+        optimizer=_optimizer_kind(getattr(training.optim, "value", str(training.optim))),
+    )
+    return shape, Sharding(world=num_processes, fsdp=fsdp, ddp=num_processes > 1 and not fsdp)
+
+
+def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None) -> dict[str, Any]:
+    """`pred_mem_*` columns of one rank (bytes) and `pred_seconds`."""
+    started = time.monotonic()
+    key = (shape, cuda)
+    step = cache.get(key) if cache is not None else None
+    if step is None:
+        step = predict_step(shape, round_to_cuda_blocks=cuda)
+        if cache is not None:
+            cache[key] = step
+    step = dict(step)
+    activations_max = step.pop("activations_max")
+    if not cuda:
+        # On CPU there is no allocator peak: the scanner's activations are their maximum over the step.
+        step["activations"] = activations_max
+    other = CUBLAS_WORKSPACES if cuda else 0
+    if sharding.ddp and cuda:
+        other += step["grads"] or _trainable_bytes(step)  # DDP's buckets hold a copy of every gradient
+    if sharding.fsdp and sharding.world > 1:
+        _shard(step, shape, sharding.world)
+    row = {f"pred_mem_{name}": step[name] for name in CATEGORIES}
+    row["pred_mem_other"] = other
+    row["pred_mem_peak"] = sum(step[name] for name in CATEGORIES) + other
+    row["pred_seconds"] = time.monotonic() - started
+    return row
+
+
+def _trainable_bytes(step: dict[str, int]) -> int:
+    return step["optimizer"] // 2  # AdamW keeps two states the size of the trainable parameters
+
+
+def _shard(step: dict[str, int], shape: StepShape, world: int) -> None:
+    """FSDP (accelerate, full shard): fp32 master shards of params, grads and optimizer state per rank (each
+    parameter padded to a multiple of the world size); the all-gathered bf16 parameters of the layer being
+    computed and of the one prefetched are temporaries, with one layer's unsharded gradients."""
+    params = step["params"]
+    element = 2 if shape.dtype in ("bfloat16", "float16") else 4
+    numel = params // element
+    shard = math.ceil(numel / world) * 4
+    step["params"] = shard
+    step["grads"] = shard
+    step["optimizer"] = 2 * shard
+    layers = _layer_count(shape.model)
+    step["temporaries"] += 3 * (numel // max(layers, 1)) * 2  # two gathered layers + one layer's gradients
+
+
+def _layer_count(model: str) -> int:
+    from tunebench.experiment.models import load_config
+
+    config = load_config(model)
+    return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 1)
+
+
+def fit_columns(peak: int, capacity: int | None) -> dict[str, Any]:
+    """Fits when the peak stays within the capacity less CONTEXT_RESERVE (a tenth of it for small budgets)."""
+    if not capacity:
+        return {"pred_capacity_bytes": None, "pred_fits": None, "pred_fit_margin_bytes": None}
+    usable = capacity - min(CONTEXT_RESERVE, capacity // 10)
+    return {"pred_capacity_bytes": capacity, "pred_fits": peak <= usable, "pred_fit_margin_bytes": usable - peak}
+
+
+ERROR_PAIRS = (  # prediction column -> measured column
+    ("params", "scan_mem_params"), ("grads", "scan_mem_grads"), ("optimizer", "scan_mem_optimizer"),
+    ("activations", "scan_mem_activations"), ("temporaries", "scan_mem_temporaries"),
+    ("peak", "mem_peak_torch_max_allocated_bytes"),
+)
+
+
+def error_columns(row: dict[str, Any]) -> dict[str, float | None]:
+    """`pred_error_<category>` = predicted / measured − 1, where both exist."""
+    out = {}
+    for name, measured in ERROR_PAIRS:
+        predicted, actual = row.get(f"pred_mem_{name}"), row.get(measured)
+        ok = isinstance(predicted, (int, float)) and isinstance(actual, (int, float)) and actual
+        out[f"pred_error_{name}"] = predicted / actual - 1 if ok else None
+    return out
+
+
+def _optimizer_kind(optim: str) -> str:
+    """The AdamW implementation a TrainingArguments `optim` name selects (its transients differ)."""
+    if "fused" in optim:
+        return "fused"
+    return "foreach" if optim.startswith("adamw") else "loop"

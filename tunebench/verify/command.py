@@ -1,0 +1,138 @@
+"""`benchmark.py verify`: the scanner and torch's MemTracker on the same step of a preset, plus the scan's cost.
+
+  python benchmark.py verify [--model preset:llama-3.2-1b] [--peft lora] [--gradient_checkpointing]
+                             [--batch 8] [--seq 1024] [--grad_accum 1] [--steps 16] [--out verify.json]
+
+Run 1 puts the scanner's memory scan and MemTracker on the same optimizer step of one run and prints the
+difference per category. Run 2 (no MemTracker, which slows its step ~70×) times every step and reports how much
+slower the memory-scanned step is than the median unscanned step, and how far the scanner's reported (phase-
+timed) step is from that median. Exit 0 when every category is within --tolerance, 1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)")
+    p.add_argument("--peft", choices=["none", "lora"], default="none")
+    p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--batch", type=int, default=None, help="micro-batch (default 8 on GPU, 2 on CPU)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default 1024 on GPU, 64 on CPU)")
+    p.add_argument("--grad_accum", type=int, default=1)
+    p.add_argument("--steps", type=int, default=16, help="steps of the timing run (scan on step 4)")
+    p.add_argument("--scan_step", type=int, default=4)
+    p.add_argument("--tolerance", type=float, default=0.03, help="largest accepted relative difference")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--out", default=None, help="also write the full result as JSON here")
+    return p
+
+
+def _trainer(model, args, callbacks, steps: int, batch: int, seq: int, grad_accum: int):
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    rows = []
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps * batch * grad_accum):
+        ids = torch.randint(3, model.config.vocab_size, (seq,), generator=generator)
+        rows.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+    training = TrainingArguments(
+        output_dir="/tmp/tunebench-verify", max_steps=steps, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=grad_accum, bf16=args.cuda, use_cpu=not args.cuda, optim="adamw_torch_fused",
+        gradient_checkpointing=args.gradient_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False},
+        report_to=[], save_strategy="no", logging_strategy="no", logging_nan_inf_filter=False, disable_tqdm=True,
+        dataloader_num_workers=0, accelerator_config={"non_blocking": True},
+    )
+    return Trainer(model=model, args=training, train_dataset=rows, callbacks=callbacks)
+
+
+def _model(args):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    from tunebench.experiment.models import load_model
+
+    model = load_model(args.model, "bfloat16" if args.cuda else "float32",
+                       init_device="cuda:0" if args.cuda else "cpu")
+    if args.peft == "lora":
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, task_type=TaskType.CAUSAL_LM,
+                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    return model
+
+
+def verify(args) -> dict:
+    import torch
+
+    from scanner import Scanner
+    from tunebench.experiment.steady import SteadyPolicy
+    from tunebench.experiment.step_timer import StepTimer
+    from tunebench.verify.memtracker_step import MemTrackerStep, compare
+
+    shape = dict(steps=args.steps, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum)
+    # Run 1: one peak instant for both (the scanner first, so it arms before MemTracker enters).
+    scanner = Scanner(steps=args.scan_step, time_steps="off", output=None, log_to_trainer=False)
+    tracker = MemTrackerStep(args.scan_step)
+    _trainer(_model(args), args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
+    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda)
+    max_allocated = torch.cuda.max_memory_allocated() if args.cuda else None
+    # Run 2: the cost of scanning, from every step's time (the step timer of the harness).
+    timed = Scanner(steps=args.scan_step, output=None, log_to_trainer=False)
+    device = torch.device("cuda:0" if args.cuda else "cpu")
+    timer = StepTimer(device, SteadyPolicy(warmup_steps=args.scan_step + 1))
+    _trainer(_model(args), args, [timed, timer], **shape).train()
+    seconds = [s.seconds for s in timer.finish()]
+    unscanned = seconds[args.scan_step + 1:]  # after the scan and the step that absorbs its end
+    median = statistics.median(unscanned)
+    flat = timed.flat_metrics()
+    return {
+        "model": args.model, "peft": args.peft, "gradient_checkpointing": args.gradient_checkpointing,
+        "device": torch.cuda.get_device_name(0) if args.cuda else "cpu", "torch": torch.__version__, **shape,
+        "scan_step": args.scan_step, "categories": categories, "max_memory_allocated": max_allocated,
+        "memtracker_total": (tracker.peak or {}).get("Total"),
+        "memory_step_overhead": seconds[args.scan_step - 1] / median - 1,
+        "reported_step_vs_median": flat["scan_time_step"] / median - 1 if flat.get("scan_time_step") else None,
+        "median_unscanned_step_seconds": median, "step_seconds": seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    args.cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("benchmark.py verify: --device cuda but no CUDA GPU is visible (fix: --device cpu)", file=sys.stderr)
+        return 2
+    args.model = args.model or ("preset:llama-3.2-1b" if args.cuda else "preset:llama-tiny")
+    args.batch = args.batch or (8 if args.cuda else 2)
+    args.seq = args.seq or (1024 if args.cuda else 64)
+    if args.scan_step < 2 or args.steps < args.scan_step + 3:
+        print("benchmark.py verify: needs --scan_step >= 2 and --steps >= scan_step + 3 (fix: e.g. --steps 16)",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level="WARNING")
+    result = verify(args)
+    print(f"scanner vs MemTracker, step {args.scan_step} of {args.model} ({result['device']}):")
+    for row in result["categories"]:
+        diff = "n/a" if row["difference"] is None else f"{100 * row['difference']:+.2f} %"
+        print(f"  {row['category']:<12} {row['scanner_bytes']:>16,} {row['memtracker_bytes']:>16,}  {diff}")
+    print(f"memory-scanned step vs median unscanned step: {100 * result['memory_step_overhead']:+.2f} %")
+    if result["reported_step_vs_median"] is not None:
+        print(f"reported (phase-timed) step vs median step:   {100 * result['reported_step_vs_median']:+.2f} %")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    bad = [r for r in result["categories"] if r["difference"] is None or abs(r["difference"]) > args.tolerance]
+    return 1 if bad else 0
