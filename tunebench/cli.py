@@ -14,6 +14,7 @@ from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.guard import HarnessStopped, check_results_path, results_lock, stop_on_signals
 from tunebench.execution.runner import run_matrix
+from tunebench.fileio import write_atomic
 from tunebench.matrix.expansion import Matrices, expand
 from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
 from tunebench.matrix.validation import Sources, validate
@@ -228,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         from tunebench.planning.plan_matrix import plan_table
 
         print(plan_table(experiments, predictions).to_string(index=False))
+        plan_csv = Path(options.results_output_path) / "plan.csv"
+        frame = results.collect([{**e.describe(), **predictions.get(e.experiment_id, {})} for e in experiments])
+        write_atomic(plan_csv, frame.to_csv(index=False))
+        print(f"wrote {plan_csv}")
         return 0
     output_dir = Path(options.results_output_path)
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
