@@ -331,21 +331,24 @@ def run_same_run(key: str, tiny: bool, steps: int, out_dir: Path) -> dict:
     MemTracker slows its step ~70x, so no timing is taken from this run; the scanner is the first callback, so
     it arms before MemTracker enters. MemTracker also records where its own peak was (op, modules, storages).
     """
-    from rank_memtracker import MemTrackerStep as SameRunMemTracker  # imports this module: import lazily
+    from tunebench.verify.memtracker_step import (
+        MemTrackerStep as SameRunMemTracker,  # `benchmark.py verify`'s
+    )
 
     case = CASES[key]
     model = build_model(case, tiny, "cuda" if torch.cuda.is_available() else "cpu")
     res: dict = {"case": key, "name": case["name"], "tiny": tiny, "scanned_step": steps, "same_run": True}
     run(model, case, tiny, 2, [], out_dir)  # warm-up, as in run_case
-    scanner = Scanner(steps=steps, output=None, log_to_trainer=False)
-    ref: list = [None]
-    mt = SameRunMemTracker(steps, ref, tracker="plain", peak_context=True)
-    run(model, case, tiny, steps, [scanner, mt], out_dir, trainer_ref=ref)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    scanner = Scanner(steps=steps, time_steps="off", output=None, log_to_trainer=False)
+    mt = SameRunMemTracker(steps)
+    run(model, case, tiny, steps, [scanner, mt], out_dir)
+    mt.max_allocated = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
     report = scanner.report.steps[0].to_dict()
     report.pop("boundaries", None)
     res["scanner"] = report
-    res["memtracker"] = {"peak": mt.peak, "max_allocated_same_step": mt.max_allocated, "seconds": mt.seconds}
-    res["memtracker"]["peak_context"] = mt.peak_context
+    res["memtracker"] = {"peak": mt.peak, "max_allocated_run": mt.max_allocated}
     res["category_vs_memtracker"] = compare_categories(report, mt.peak, mt.max_allocated)
     if torch.cuda.is_available():  # an independent size for "other": what dropping cuBLAS's workspaces frees
         torch.cuda.synchronize()
