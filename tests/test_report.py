@@ -97,6 +97,18 @@ def run_row(gpus: int, bs: int, **overrides) -> dict:
         "scan_time_step": 0.075 * bs + 0.015,
         "torch_version": "2.11.0",
         "device_type": "cuda",
+        "steady_nonpad_tokens_per_second": 1200.0 * gpus * bs,
+        "steady_nonpad_tokens_per_second_per_device": 1200.0 * bs,
+        "steady_mfu": 0.06 * bs,
+        "steady_step_time_median": 0.0625 * bs,
+        "steady_step_time_cv": 0.01,
+        "steady_padding_fraction": 0.0 if bs % 8 == 0 else 0.25,
+        "synthetic_length_distribution": "fixed" if bs % 8 == 0 else "uniform",
+        "scan_attention_backend": "flash" if bs % 8 == 0 else "efficient",
+        "pred_mem_activations": 0.25 * bs * GIB * 1.01,
+        "pred_error_activations": 0.01,
+        "pred_mem_params": 1.0 * GIB,
+        "pred_error_params": 0.0,
     }
     base.update(overrides)
     return base
@@ -105,7 +117,7 @@ def run_row(gpus: int, bs: int, **overrides) -> dict:
 def failed_row(bs: int, status: str, error: str) -> dict:
     r = run_row(1, bs, status=status, error_messages=error)
     for k in list(r):
-        if k.startswith(("train_", "mem_", "scan_")) or k == "mfu":
+        if k.startswith(("train_", "mem_", "scan_", "steady_", "pred_")) or k == "mfu":
             r[k] = np.nan
     return r
 
@@ -140,9 +152,13 @@ def test_tables_show_the_csv_numbers(results_csv):
     assert table[0] == [
         "experiment",
         "status",
-        "non-pad tokens/s",
-        "non-pad tokens/s/device",
-        "MFU",
+        "steady non-pad tokens/s",
+        "steady tokens/s/device",
+        "steady MFU",
+        "median step",
+        "step CV",
+        "whole-run tokens/s",
+        "whole-run MFU",
         "peak allocated",
         "scanner peak",
         "runtime",
@@ -153,21 +169,27 @@ def test_tables_show_the_csv_numbers(results_csv):
     for shown, (_, r) in zip(table[1:], csv.iterrows(), strict=True):
         assert shown[1] == r["status"]
         if r["status"] != "ok":
-            assert shown[2:] == ["–"] * 7
+            assert shown[2:] == ["–"] * 11
             continue
-        assert _number(shown[2]) == r["train_nonpad_tokens_per_second"]
-        assert _number(shown[3]) == r["train_nonpad_tokens_per_second_per_device"]
-        assert _number(shown[4]) == pytest.approx(r["mfu"] * 100, abs=0.005)
-        assert shown[5].endswith(" GiB") and _number(shown[5]) * GIB == pytest.approx(
+        assert _number(shown[2]) == r["steady_nonpad_tokens_per_second"]
+        assert _number(shown[3]) == r["steady_nonpad_tokens_per_second_per_device"]
+        assert _number(shown[4]) == pytest.approx(r["steady_mfu"] * 100, abs=0.005)
+        assert _number(shown[7]) == r["train_nonpad_tokens_per_second"]
+        assert _number(shown[8]) == pytest.approx(r["mfu"] * 100, abs=0.005)
+        assert shown[9].endswith(" GiB") and _number(shown[9]) * GIB == pytest.approx(
             r["mem_peak_torch_mem_alloc_in_bytes"], abs=0.005 * GIB
         )
-        assert _number(shown[7]) == r["train_runtime"] and shown[7].endswith(" s")
-        assert _number(shown[8]) == pytest.approx(r["train_loss"], abs=5e-5)
+        assert _number(shown[11]) == r["train_runtime"] and shown[11].endswith(" s")
+        assert _number(shown[12]) == pytest.approx(r["train_loss"], abs=5e-5)
     # Exact rendering of the first row (independently computed from the fixture formulas).
     assert table[1] == [
         "gpus=1 · bs=4",
         "ok",
-        "4,000.0",
+        "4,800.0",
+        "4,800.0",
+        "24.00 %",
+        "250.00 ms",
+        "1.00 %",
         "4,000.0",
         "21.25 %",
         "3.00 GiB",
@@ -175,6 +197,13 @@ def test_tables_show_the_csv_numbers(results_csv):
         "50.000 s",
         "2.0004",
     ]
+    # padded and unpadded side by side, lowest padding first, with the kernel each one got
+    padding = page.tables["padding"]
+    assert padding[0][:4] == ["experiment", "synthetic_length_distribution", "steady_padding_fraction",
+                              "scan_attention_backend"]
+    assert [row[1] for row in padding[1:]] == ["fixed", "fixed", "uniform", "uniform", "uniform"]
+    worst = page.tables["predictions"]
+    assert worst[0] == ["experiment", "category", "predicted / measured − 1"] and worst[1][2] == "+1.00 %"
 
 
 def test_failures_table_has_status_class_and_error_line(results_csv):
@@ -195,8 +224,8 @@ def test_failures_table_has_status_class_and_error_line(results_csv):
 def test_charts_are_embedded_valid_pngs(results_csv):
     html_text = report.build_report(pd.read_csv(results_csv), "x.csv")
     page = parse(html_text)
-    # memory breakdown, time breakdown, scaling, memory vs batch size
-    assert len(page.images) == 4
+    # memory breakdown, time breakdown, scaling, memory vs batch size, predicted vs measured memory
+    assert len(page.images) == 5
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])
@@ -224,11 +253,11 @@ def test_missing_columns_are_omitted_with_a_reason(tmp_path):
     html_text = report.write_report(path, tmp_path / "r.html").read_text()
     page = parse(html_text)
     assert page.images == []
-    assert html_text.count("Omitted:") == 4
+    assert html_text.count("Omitted:") == 6  # + no steady-state columns, no predictions
     assert "scan_mem_params" in html_text and "scan_time_forward" in html_text
     assert "all ok rows have num_gpus = 1" in html_text
     assert "column effective_batch_size" in html_text
-    assert page.tables["experiments"][0] == ["experiment", "status", "non-pad tokens/s"]
+    assert page.tables["experiments"][0] == ["experiment", "status", "whole-run tokens/s"]
     assert page.tables["experiments"][1:] == [["bs=4", "ok", "4,000.0"], ["bs=8", "ok", "8,000.0"]]
     assert "No failed experiments." in html_text
 
@@ -251,7 +280,7 @@ def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
         "4,000.0",
         "-20.0 %",
     ] in page.tables["findings"]
-    assert len(page.images) == 5  # + the change heatmap
+    assert len(page.images) == 6  # + the change heatmap
 
 
 def test_main_exit_codes(results_csv, tmp_path, capsys):

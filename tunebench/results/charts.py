@@ -310,3 +310,32 @@ def curves_chart(
     if not any(s["series"] for s in specs):
         raise ChartSkipped(f"{title}: no experiment family has ok rows at two or more values of {x}.")
     return line_panels(specs)
+
+
+def predicted_vs_measured(df: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> bytes:
+    """One panel per memory category: predicted (y) against measured (x) per experiment, and y = x."""
+    present = [(name, measured) for name, measured in pairs
+               if f"pred_mem_{name}" in df.columns and measured in df.columns
+               and (df[f"pred_mem_{name}"].notna() & df[measured].notna()).any()]
+    if not present:
+        raise ChartSkipped("no experiment has both a prediction (--plan) and the scanner's measurement")
+    ncols = min(3, len(present))
+    fig = _figure(10.5 if ncols > 1 else 5.0, 3.2 * math.ceil(len(present) / ncols) + 0.4)
+    axes = fig.subplots(math.ceil(len(present) / ncols), ncols, squeeze=False).ravel()
+    for ax in axes[len(present):]:
+        ax.set_visible(False)
+    for ax, (name, measured) in zip(axes, present, strict=False):
+        both = df[df[f"pred_mem_{name}"].notna() & df[measured].notna()]
+        scale, unit = _memory_scale(float(max(both[measured].max(), both[f"pred_mem_{name}"].max(), 1)))
+        x, y = both[measured] / scale, both[f"pred_mem_{name}"] / scale
+        top = float(max(x.max(), y.max())) * 1.08 or 1.0
+        ax.plot([0, top], [0, top], color="#999999", linewidth=1, label="predicted = measured")
+        ax.scatter(x, y, color=PALETTE[0], zorder=3)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(f"measured ({measured}) [{unit}]", fontsize=7)
+        ax.set_ylabel(f"predicted [{unit}]", fontsize=8)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    return to_png(fig)

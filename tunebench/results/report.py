@@ -45,9 +45,13 @@ MEMORY_PANELS = (
 TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan_time_optimizer", "scan_time_other")
 # Columns of the experiments table, in order; absent columns are left out.
 SUMMARY_COLUMNS = (
-    ("train_nonpad_tokens_per_second", "non-pad tokens/s"),
-    ("train_nonpad_tokens_per_second_per_device", "non-pad tokens/s/device"),
-    ("mfu", "MFU"),
+    ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
+    ("steady_nonpad_tokens_per_second_per_device", "steady tokens/s/device"),
+    ("steady_mfu", "steady MFU"),
+    ("steady_step_time_median", "median step"),
+    ("steady_step_time_cv", "step CV"),
+    ("train_nonpad_tokens_per_second", "whole-run tokens/s"),
+    ("mfu", "whole-run MFU"),
     ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated"),
     ("scan_mem_peak_allocated", "scanner peak"),
     ("train_runtime", "runtime"),
@@ -153,6 +157,40 @@ def _failures_table(df: pd.DataFrame) -> str:
         )
         rows.append([r["_label"], r["_status"], error_class or "–", line or "–"])
     return _table(["experiment", "status", "error class", "error"], rows, cls="failures")
+
+
+def _padding_section(df: pd.DataFrame) -> str:
+    """Padded and unpadded runs side by side: what padding costs, and which attention kernel each one got."""
+    cols = [c for c in ("synthetic_length_distribution", "packing", "steady_padding_fraction",
+                        "scan_attention_backend", "steady_step_time_median", "steady_nonpad_tokens_per_second",
+                        "steady_step_time_cv") if c in df.columns]
+    ok = df[df["_status"] == "ok"]
+    if "steady_padding_fraction" not in ok.columns or ok.empty:
+        return _omitted("no steady-state columns in this CSV")
+    rows = [[r["_label"], *[rules.format_value(c, r[c]) if rules.metric_family(c) else rules.canonical(r[c])
+                             for c in cols]] for _, r in ok.sort_values("steady_padding_fraction").iterrows()]
+    note = ("<p>Same model and batch with and without padding (e.g. scenarios <code>full-finetuning</code> and "
+            "<code>full-finetuning-padded</code>): a padding mask can move SDPA to a slower kernel, or make it "
+            "build a new kernel plan for every padded length (see the step CV).</p>")
+    return note + _table(["experiment", *cols], rows, numeric=set(range(1, len(cols) + 1)), cls="padding")
+
+
+def _prediction_section(df: pd.DataFrame) -> str:
+    from tunebench.planning.predict import ERROR_PAIRS
+
+    chart = _chart(charts.predicted_vs_measured, df, ERROR_PAIRS)
+    errors = [f"pred_error_{name}" for name, _ in ERROR_PAIRS if f"pred_error_{name}" in df.columns]
+    if not errors:
+        return chart
+    worst = []
+    for _, r in df.iterrows():
+        for column in errors:
+            if pd.notna(r[column]):
+                worst.append((abs(r[column]), r["_label"], column.removeprefix("pred_error_"), r[column]))
+    worst.sort(key=lambda w: -w[0])
+    rows = [[label, category, f"{100 * error:+.2f} %"] for _, label, category, error in worst[:10]]
+    return chart + "<h3>Worst predictions</h3>" + _table(["experiment", "category", "predicted / measured − 1"],
+                                                          rows, numeric={2}, cls="predictions")
 
 
 def _environment(df: pd.DataFrame) -> str:
@@ -261,6 +299,10 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
             _families(ok, "effective_batch_size", "per_device_train_batch_size"),
             "Memory vs effective batch size",
         ),
+        "<h2>Padding and attention kernels</h2>",
+        _padding_section(df),
+        "<h2>Memory: predicted before launch vs measured</h2>",
+        _prediction_section(df),
         "<h2>Failures</h2>",
         _failures_table(df),
         "<h2>Environment</h2>",
