@@ -1,7 +1,6 @@
 """Memory prediction under fake tensors (issue H): exact analytic sizes, CPU activations against the scanner,
 no real weights, bad options, and --skip_predicted_oom."""
 
-import json
 import os
 import subprocess
 import sys
@@ -100,4 +99,8 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
         row = frame.loc[name]
         assert row["pred_mem_params"] == row["scan_mem_params"] and row["pred_mem_optimizer"] == row["scan_mem_optimizer"]
         assert abs(row["pred_error_activations"]) < 0.05, (name, row["pred_mem_activations"], row["scan_mem_activations"])
-    assert json.loads(json.dumps(frame.loc["full", "pred_fits"] in (True, "True")))
+    assert frame.loc["full", "pred_fits"] in (True, "True")
+    from tunebench.experiment.arguments import StrictArgumentParser
+    from tunebench.results.columns import undeclared
+
+    assert undeclared(frame.reset_index().columns, StrictArgumentParser().known_keys()) == []

@@ -3,9 +3,11 @@ as Ray assigns them (fake GPU resources), and a node that dies mid-experiment (i
 
 import os
 import subprocess
+import sys
 import threading
 import time
 
+import pandas as pd
 import pytest
 from harness_fixtures import REPO, TINY_DEFAULTS
 
@@ -116,3 +118,26 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
     leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], leftovers  # the experiment died with its worker
     assert os.path.isfile(out / "raw_summary.csv")
+
+
+def test_readme_ray_commands(tmp_path, cache):
+    """The README's cluster recipe for real: `ray start --head`, then the harness joins it by address."""
+    from tunebench.execution.launch import free_port
+
+    port = str(free_port())
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
+    # A throwaway local cluster: no token authentication (Ray's documented opt-out), so a token left in
+    # ~/.ray by another cluster cannot get in the way.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    started = subprocess.run([*ray_cli, "start", "--head", "--port", port, "--num-cpus", "2"], env=env,
+                             capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        proc = subprocess.run([sys.executable, "benchmark.py", "--executor", "ray", "--ray_address",
+                               f"127.0.0.1:{port}", "--results_output_path", str(tmp_path / "results")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        subprocess.run([*ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_csv(tmp_path / "results" / "raw_summary.csv")
+    assert len(frame) == 4 and (frame["status"] == "ok").all() and (frame["executor"] == "ray").all()

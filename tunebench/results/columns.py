@@ -47,11 +47,11 @@ def _k(name, kind, unit, section, meaning):
     return Column(name, kind, unit, meaning, section)
 
 
-S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_ENV, S_BOOK = (
+S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK = (
     "Identity and configuration", "Outcome", "Steady-state throughput (the headline)",
     "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
-    "Scanner", "Collectives (scanner)", "Environment", "Bookkeeping")
-SECTIONS = (S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_ENV, S_BOOK)
+    "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
+SECTIONS = (S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK)
 
 REGISTRY: tuple[Column, ...] = (
     # ---------------------------------------------------------------- identity
@@ -162,8 +162,10 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_time_step_max", "s", LOWER, "time", S_SCAN, "slowest timed step"),
     _m("scan_time_step_vs_median", "fraction", None, "stability", S_SCAN,
        "scan_time_step ÷ steady_step_time_median − 1: how representative the reported step is"),
-    _m("scan_time_<phase>", "s", LOWER, "time", S_SCAN,
-       "phases of the reported step: `forward`, `backward`, `clip`, `optimizer`, `other` (sum = scan_time_step)"),
+    *(_m(f"scan_time_{phase}", "s", LOWER, "time", S_SCAN, f"the reported step's {meaning} (phases sum to scan_time_step)")
+      for phase, meaning in (("forward", "forward passes"), ("backward", "backward passes, recompute included"),
+                             ("clip", "gradient clipping and pre-optimizer callbacks"),
+                             ("optimizer", "optimizer.step"), ("other", "remainder: data loading, zero_grad, callbacks"))),
     _m("scan_memory_step_time", "s", None, "time", S_SCAN, "time of the memory-scanned step (its hooks included)"),
     _m("scan_micro_batches", "count", None, "count", S_SCAN, "forward/backward passes in the step"),
     _m("scan_tokens", "tokens", None, "count", S_SCAN, "tokens the model received in the reported step"),
@@ -213,6 +215,17 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_comm_<kind>_bytes", "bytes", LOWER, "memory", S_COMM, "per kind"),
     _m("scan_comm_<kind>_time", "s", LOWER, "time", S_COMM, "per kind"),
     _k("scan_comm_<kind>_dtype", METRIC, "-", S_COMM, "per kind: dtypes seen"),
+    # ---------------------------------------------------------------- prediction
+    _m("pred_mem_<category>", "bytes", None, "memory", S_PRED,
+       "predicted per rank at the step's peak (`params`, `buffers`, `grads`, `optimizer`, `activations`, "
+       "`temporaries`, `other`: cuBLAS workspaces and DDP buckets); on CPU, activations are the step's maximum"),
+    _m("pred_mem_peak", "bytes", None, "memory", S_PRED, "predicted peak allocated per rank (the sum of the above)"),
+    _m("pred_capacity_bytes", "bytes", None, "memory", S_PRED, "one GPU's memory (--plan_device or the GPU present)"),
+    _k("pred_fits", METRIC, "-", S_PRED, "pred_mem_peak ≤ capacity − 1 GiB (CUDA context, fragmentation)"),
+    _m("pred_fit_margin_bytes", "bytes", None, "memory", S_PRED, "usable capacity − predicted peak (negative: OOM)"),
+    _m("pred_seconds", "s", None, "time", S_PRED, "time the prediction took (0 when a cached shape was reused)"),
+    _m("pred_error_<category>", "fraction", None, "stability", S_PRED,
+       "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     # ---------------------------------------------------------------- environment
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),

@@ -78,7 +78,16 @@ class RayExecutor:
         if not ray.is_initialized():
             # Workers import tunebench: from this checkout on a local cluster; installed on remote nodes.
             env = {"PYTHONPATH": os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p)}
-            ray.init(address=options.ray_address, runtime_env={"env_vars": env}, log_to_driver=False)
+            try:
+                ray.init(address=options.ray_address, runtime_env={"env_vars": env}, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                from tunebench.errors import InputError, InputProblem
+
+                where = options.ray_address or "a new local Ray instance"
+                raise InputError([InputProblem("command line", "--ray_address", f"cannot join {where}: "
+                                               f"{str(exc).strip().splitlines()[0][:300]}",
+                                               "start the cluster (ray start --head) and give its host:port; with "
+                                               "token authentication the driver needs the cluster's token")]) from None
         largest = _largest_node(ray.nodes())
         remote = ray.remote(max_retries=0)(_task)
         pending: dict[Any, int] = {}
