@@ -17,6 +17,7 @@ import pandas as pd
 
 from tunebench.fileio import write_atomic
 from tunebench.results import compare_rules as rules
+from tunebench.results.compare_markdown import render_markdown
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 
 logger = logging.getLogger(__name__)
@@ -305,7 +306,6 @@ def compare_frames(
         notes=notes,
         environment=_environment_diff(reference, results),
     )
-    from tunebench.results.compare_markdown import render_markdown  # it imports this module: imported late
 
     result.markdown = render_markdown(result)
     return result
@@ -324,7 +324,6 @@ def write_outputs(result: CompareResult, out_dir: Path, charts: bool = True) -> 
         for name, png in ch.comparison_charts(result.comparison).items():
             write_atomic(out_dir / name, png)
             files.append(out_dir / name)
-    from tunebench.results.compare_markdown import render_markdown  # it imports this module: imported late
 
     result.files = files + [out_dir / "summary.md"]
     result.markdown = render_markdown(result)
