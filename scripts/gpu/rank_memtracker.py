@@ -35,11 +35,12 @@ from torch.distributed.fsdp import FSDPModule
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scanner_fidelity import CASES, TINY_MODEL, _NoHandle, dataset, other_vs_untracked, rel  # noqa: E402
+from fidelity_common import CASES, CATEGORY_MAP, TINY_MODEL, dataset, other_vs_untracked, rel  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from scanner import Scanner  # noqa: E402
 from scanner.record import unwrap_optimizer  # noqa: E402
+from tunebench.verify.memtracker_step import _NoHandle  # noqa: E402
 
 logger = logging.getLogger("rank_memtracker")
 
@@ -52,14 +53,7 @@ LLAMA_1B = CASES["a"]["model"]  # the Llama-3.2-1B shape of the fidelity script
 # under temporaries (peak allocated minus the named categories). FSDPMemTracker has no "Other" (its
 # track_external is a no-op); "Inputs" is only filled by track_inputs, which the Trainer gives us no hook for,
 # so the batch shows up as Activation (or not at all when it was moved to the device before entry).
-MEMTRACKER_MAP = {
-    "mem_params": ("Parameter",),
-    "mem_buffers": ("Buffer",),
-    "mem_grads": ("Gradient",),
-    "mem_optimizer": ("Optstate",),
-    "mem_activations": ("Activation",),
-    "mem_temporaries": ("Temp", "Other"),
-}
+MEMTRACKER_MAP = CATEGORY_MAP
 FSDP_TEMPS = ("Temp", "Unsharded Param", "Unsharded Grad", "All Gather", "Reduce Scatter", "Inputs")
 FSDP_MAP = dict(MEMTRACKER_MAP, mem_params=("Sharded Param",), mem_grads=("Sharded Grad",))
 FSDP_MAP |= {"mem_optimizer": ("OptState",), "mem_temporaries": FSDP_TEMPS}

@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scanner_fidelity import CASES, StepTimer, build_model, run  # noqa: E402
+from fidelity_common import CASES, StepTimer, build_model, run  # noqa: E402
 
 from scanner import Scanner  # noqa: E402
 

@@ -1,0 +1,171 @@
+"""The house rules a newcomer relies on, checked from the source: purpose docstrings, module sizes, no cycles."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("tunebench", "scanner")
+MAX_LINES = 400
+# Modules allowed past MAX_LINES, each with the reason it stays whole. Empty today: keep it that way.
+OVERSIZED: dict[str, str] = {}
+
+
+def _modules(folder: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under `folder` of the checkout."""
+    found = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node that can execute: `if TYPE_CHECKING:` blocks are skipped (annotations only, never run)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(child for child in ast.iter_child_nodes(node) if not _is_type_checking(child))
+
+
+def _imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """Known modules that `name` imports anywhere in its file (function-level imports too: a lazy import
+    hides a cycle, it does not remove it)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets.add(base)
+            targets.update(f"{base}.{alias.name}" for alias in node.names)
+    resolved = set()
+    for target in targets:
+        while target and target not in known:  # `from a.b import c` where c is a function: the module is a.b
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            resolved.add(target)
+    return resolved
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: _imports(path, name, modules) for name, path in modules.items()}
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    """The cycle check can fail: two modules that import each other (through a lazy import) are reported."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_graph_resolves_relative_and_lazy_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""p."""\n')
+    (pkg / "a.py").write_text('"""a."""\nfrom .b import thing\n')
+    (pkg / "b.py").write_text('"""b."""\ndef f():\n    from pkg.a import g\n')
+    (pkg / "c.py").write_text(
+        '"""c."""\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import g\n'
+    )
+    known = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py", "pkg.c": pkg / "c.py"}
+    assert _imports(pkg / "a.py", "pkg.a", known) == {"pkg.b"}
+    assert _imports(pkg / "c.py", "pkg.c", known) == set()  # annotation-only imports never run
+    assert _imports(pkg / "b.py", "pkg.b", known) == {"pkg.a"}
+    assert _cycles({n: _imports(p, n, known) for n, p in known.items()}) == [["pkg.a", "pkg.b"]]
+
+
+@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+def test_no_import_cycles(folder):
+    modules = _modules(folder)
+    if folder == "scripts":  # the GPU drivers import each other by file name (scripts/gpu is on sys.path)
+        modules = {path.stem: path for path in modules.values()}
+    cycles = _cycles(_graph(modules))
+    assert cycles == [], f"import cycles in {folder}/: {cycles}"
+
+
+def test_scanner_stands_alone():
+    """scanner/ is a standalone TrainerCallback: it must not import the harness."""
+    offenders = {
+        name: sorted(
+            t
+            for t in _imports(path, name, {**_modules("scanner"), **_modules("tunebench")})
+            if t.startswith("tunebench")
+        )
+        for name, path in _modules("scanner").items()
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+def test_every_module_says_its_purpose(folder):
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in _modules(folder).values()
+        if not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert missing == [], f"modules without a one-line purpose docstring: {missing}"
+
+
+@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+def test_modules_stay_small(folder):
+    too_long = {
+        str(path.relative_to(ROOT)): n
+        for path in _modules(folder).values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+        and str(path.relative_to(ROOT)) not in OVERSIZED
+    }
+    assert too_long == {}, f"modules over {MAX_LINES} lines (split them, or say why in OVERSIZED): {too_long}"
