@@ -75,10 +75,10 @@ def test_concurrent_run_never_oversubscribes_its_slots(both):
     assert ddp["scan_comm_all_reduce_bytes"] == 4 * ddp["trainable_parameters"]
 
 
-def test_concurrent_run_is_faster(both):
-    sequential, concurrent, _ = both
-    span = lambda rows: max(r["experiment_end_unix"] for r in rows) - min(r["experiment_start_unix"] for r in rows)  # noqa: E731
-    assert span(concurrent) < span(sequential)
+# No "the concurrent run is faster" assertion: on 2 cores the gain depends on which experiment the queue
+# leaves for last (the 30 s timeout one may run alone) and on start-up contention, so it failed 1 CI run in 2
+# with a 0.3 % difference. The packing order is tested exactly on fake jobs (test_scheduling.py); wall ÷ ideal
+# is a benchmark figure (scripts/bench/matrix_packing.py, docs/evidence/matrix-packing.md), not a timed test.
 
 
 def harness(out: Path, scenarios: list, tmp: Path, *extra: str) -> subprocess.Popen:
