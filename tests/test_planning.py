@@ -44,6 +44,17 @@ def test_params_grads_optimizer_equal_the_analytic_sizes():
     assert adapted["optimizer"] == 8 * lora + 4 * (4 * 2 * 2)  # + a step scalar per LoRA A/B tensor
 
 
+@pytest.mark.parametrize("extra", [{}, {"peft": "lora", "checkpointing": True, "grad_accum": 2}])
+def test_peak_only_tracker_gives_memtrackers_own_answer(monkeypatch, extra):
+    """The fast tracker drops only MemTracker's per-module peaks: every predicted byte is unchanged."""
+    from tunebench.planning import fake_step
+
+    shape = StepShape("preset:llama-tiny", "float32", 2, 32, False, **extra)
+    fast = predict_step(shape)
+    monkeypatch.setattr(fake_step, "_peak_only", lambda tracker_class: tracker_class)
+    assert predict_step(shape) == fast
+
+
 def test_cuda_sizes_are_counted_in_allocator_blocks():
     exact = predict_step(StepShape("preset:llama-tiny", "float32", 2, 32, False), round_to_cuda_blocks=False)
     blocks = predict_step(StepShape("preset:llama-tiny", "float32", 2, 32, False), round_to_cuda_blocks=True)

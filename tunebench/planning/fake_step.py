@@ -119,7 +119,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
         # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
-        tracker = MemTracker()
+        tracker = _peak_only(MemTracker)()
         for p in model.parameters():
             if not p.requires_grad:  # frozen weights cannot take MemTracker's gradient hook
                 tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
@@ -153,6 +153,30 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
     out["peak"] = sum(out.values())
     out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
     return out
+
+
+def _peak_only(tracker_class):
+    """MemTracker without its per-module peaks, which we never read: after every op it walks all tracked modules
+    (weak references, O(modules) per op) to update each active module's own peak: 95 % of the 8B LoRA + GC step's
+    prediction time (118.6 s -> 5.9 s without it). The device-wide peak snapshot, the only thing read here, is
+    updated exactly as before."""
+    from torch.distributed._tools import mem_tracker
+
+    total_key = getattr(mem_tracker, "_TOTAL_KEY", None)
+    if total_key is None or not hasattr(tracker_class, "_update_peak_stats"):
+        return tracker_class  # a torch whose internals differ: correct, only slower
+
+    class PeakOnlyMemTracker(tracker_class):
+        def _update_peak_stats(self, peak_state) -> None:
+            if not all(hasattr(self, name) for name in ("_curr_mem_snap", "_peak_mem", "_peak_mem_snap")):
+                return super()._update_peak_stats(peak_state)  # other internals: the original, slower path
+            for device, snapshot in self._curr_mem_snap.items():
+                if self._peak_mem.get(device, 0) < snapshot[total_key]:
+                    self._peak_mem[device] = snapshot[total_key]
+                    # {reference type: bytes}: int values, so a shallow copy is a whole copy
+                    self._peak_mem_snap[device] = dict(snapshot)
+
+    return PeakOnlyMemTracker
 
 
 def _state_bytes(optimizer, round_to_cuda_blocks: bool) -> int:
