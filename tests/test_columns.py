@@ -10,8 +10,16 @@ from tunebench.results import columns
 from tunebench.results import compare_rules as rules
 
 REPO = Path(__file__).resolve().parents[1]
-# CSVs the harness produced: the CPU reference (this code's CPU job) and GPU runs (sidecar, collectives, ranks).
-PRODUCED = sorted((REPO / "refs").glob("*.csv"))
+# CSVs the harness produced: the references (this code's CPU job, the default GPU set on H100 and H200) and the
+# GPU evidence runs (sidecar, collectives, ranks, multi-GPU).
+REFERENCES = sorted((REPO / "refs").glob("*.csv"))
+PRODUCED = REFERENCES + [
+    *(REPO / "docs/evidence/gpu-runs" / name for name in ("h200-issue-a-runs.csv", "h200x2-8b-fsdp2.csv",
+                                                           "h200x4-multigpu.csv")),
+    REPO / "docs/evidence/default-set-h100/raw_summary.csv",
+    REPO / "docs/evidence/default-set-h200/raw_summary.csv",
+    REPO / "docs/evidence/throughput-h100/final/throughput_runs.csv",
+]
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +27,20 @@ def arguments() -> set[str]:
     return StrictArgumentParser().known_keys()
 
 
-@pytest.mark.parametrize("csv", PRODUCED, ids=lambda p: p.name)
+@pytest.mark.parametrize("csv", PRODUCED, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_produced_column_is_declared(csv, arguments):
-    assert columns.undeclared(pd.read_csv(csv).columns, arguments) == []
+    produced = [c for c in pd.read_csv(csv).columns if c != "pass"]  # `pass`: the evidence script's run label
+    assert columns.undeclared(produced, arguments) == []
+
+
+@pytest.mark.parametrize("csv", REFERENCES, ids=lambda p: p.name)
+def test_references_hold_ok_rows_with_the_steady_state_columns(csv):
+    """What `compare --reference` reads: only successful rows (failures live under docs/evidence/), and the
+    headline columns filled in every row."""
+    frame = pd.read_csv(csv)
+    assert len(frame) > 0 and set(frame["status"]) == {"ok"}
+    for column in ("steady_step_time_median", "steady_tokens_per_second", "steady_step_time_cv", "steady_steps"):
+        assert frame[column].notna().all(), column
 
 
 def test_a_new_column_without_a_declaration_is_caught(arguments):
