@@ -11,6 +11,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
+from tunebench.verify.memtracker_step import CATEGORY_MAP as VERIFY_CATEGORY_MAP
 from tunebench.verify.memtracker_step import MemTrackerStep as VerifyMemTrackerStep
 
 CASES = {
@@ -57,14 +58,9 @@ TINY_MODEL = dict(
     intermediate_size=128,
     vocab_size=512,
 )
-CATEGORY_MAP = {  # scanner field -> MemTracker reference types
-    "mem_params": ("Parameter",),
-    "mem_buffers": ("Buffer",),
-    "mem_grads": ("Gradient",),
-    "mem_optimizer": ("Optstate",),
-    "mem_activations": ("Activation",),
-    "mem_temporaries": ("Temp", "Other"),
-}  # + mem_other, compared with what MemTracker cannot see (compare_categories)
+# scanner report field -> MemTracker reference types: `benchmark.py verify`'s map, keyed without the CSV prefix
+# (+ mem_other, compared with what MemTracker cannot see: compare_categories)
+CATEGORY_MAP = {column.removeprefix("scan_"): refs for column, refs in VERIFY_CATEGORY_MAP.items()}
 
 
 class StepTimer(TrainerCallback):

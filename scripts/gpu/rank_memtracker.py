@@ -35,12 +35,13 @@ from torch.distributed.fsdp import FSDPModule
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fidelity_common import CASES, CATEGORY_MAP, TINY_MODEL, dataset, other_vs_untracked, rel  # noqa: E402
+from fidelity_common import CASES, TINY_MODEL, dataset, other_vs_untracked, rel  # noqa: E402
+from fidelity_common import CATEGORY_MAP as MEMTRACKER_MAP  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from scanner import Scanner  # noqa: E402
 from scanner.record import unwrap_optimizer  # noqa: E402
-from tunebench.verify.memtracker_step import _NoHandle  # noqa: E402
+from tunebench.verify.memtracker_step import ignore_frozen_parameters  # noqa: E402
 
 logger = logging.getLogger("rank_memtracker")
 
@@ -53,7 +54,6 @@ LLAMA_1B = CASES["a"]["model"]  # the Llama-3.2-1B shape of the fidelity script
 # under temporaries (peak allocated minus the named categories). FSDPMemTracker has no "Other" (its
 # track_external is a no-op); "Inputs" is only filled by track_inputs, which the Trainer gives us no hook for,
 # so the batch shows up as Activation (or not at all when it was moved to the device before entry).
-MEMTRACKER_MAP = CATEGORY_MAP
 FSDP_TEMPS = ("Temp", "Unsharded Param", "Unsharded Grad", "All Gather", "Reduce Scatter", "Inputs")
 FSDP_MAP = dict(MEMTRACKER_MAP, mem_params=("Sharded Param",), mem_grads=("Sharded Grad",))
 FSDP_MAP |= {"mem_optimizer": ("OptState",), "mem_temporaries": FSDP_TEMPS}
@@ -154,9 +154,7 @@ class MemTrackerStep(TrainerCallback):
         # plain: for an FSDP2 model, model.parameters() are DTensors; track_external records their local shards
         # (get_untyped_storages flattens the subclass) and the dispatch mode skips DTensor-level ops.
         mt = MemTracker()
-        for p in model.parameters():
-            if not p.requires_grad:  # MemTracker hooks every parameter; frozen ones cannot take a grad hook
-                mt._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+        ignore_frozen_parameters(mt, model)
         mt.track_external(model, optimizer)  # params/buffers/opt state created before entry
         if isinstance(model, FSDPModule):
             # MemTracker files the all-gathered parameters a module holds in forward as Parameter too, where

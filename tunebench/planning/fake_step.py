@@ -104,6 +104,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    from tunebench.verify.memtracker_step import ignore_frozen_parameters
+
     model, config = _model(shape)
     with FakeTensorMode(allow_non_fake_inputs=True):
         _to_fake(model)
@@ -120,9 +122,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
         tracker = _peak_only(MemTracker)()
-        for p in model.parameters():
-            if not p.requires_grad:  # frozen weights cannot take MemTracker's gradient hook
-                tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+        ignore_frozen_parameters(tracker, model)
         with _cuda_block_rounding(round_to_cuda_blocks):
             tracker.track_external(model, optimizer)  # sized (and rounded) when registered
         with _cuda_block_rounding(round_to_cuda_blocks), tracker:
@@ -273,7 +273,3 @@ class _Held:
     def __del__(self):
         self.meter._release(self.key)
 
-
-class _NoHandle:
-    def remove(self) -> None:
-        pass

@@ -27,6 +27,14 @@ class _NoHandle:
         pass
 
 
+def ignore_frozen_parameters(tracker, model) -> None:
+    """Let MemTracker enter over a model with frozen weights (LoRA, prompt tuning): it registers a gradient hook
+    on every parameter, which a parameter without requires_grad refuses; give those a handle that does nothing."""
+    for p in model.parameters():
+        if not p.requires_grad:
+            tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+
+
 class MemTrackerStep(TrainerCallback):
     """Enter MemTracker at the end of step `step - 1`, leave at the end of `step`; `peak` holds its snapshot."""
 
@@ -41,9 +49,7 @@ class MemTrackerStep(TrainerCallback):
         from scanner.record import unwrap_optimizer
 
         self.tracker = MemTracker()
-        for p in model.parameters():
-            if not p.requires_grad:  # MemTracker hooks every parameter; frozen ones cannot take a grad hook
-                self.tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+        ignore_frozen_parameters(self.tracker, model)
         self.tracker.track_external(model, unwrap_optimizer(optimizer))
         self.tracker.__enter__()
 
