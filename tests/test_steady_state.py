@@ -27,6 +27,55 @@ def test_median_rank_interval_matches_the_binomial_tables():
     assert median_rank_interval(25) == (8, 18) and median_rank_interval(100) == (40, 61)
 
 
+def _tail_times_2_pow_n(n: int, m: int) -> int:
+    """2**n · P(B < m) for B ~ Binomial(n, 1/2), in exact integers (independent of the implementation)."""
+    coefficient, total = 1, 0
+    for i in range(m):
+        total += coefficient
+        coefficient = coefficient * (n - i) // (i + 1)
+    return total
+
+
+@pytest.mark.parametrize("n", [1, 5, 6, 7, 100, 1023, 1024, 1075, 1999, 2000, 2001, 2500, 5000, 20_000])
+def test_median_rank_interval_is_exact_at_any_length(n):
+    # The defining property, checked in exact rationals: P(B < j) <= 2.5 % < P(B < j + 1). Up to 1023 the old
+    # float sum worked; from 1024 it overflowed (issue J), and from 2001 the log-space search answers.
+    from fractions import Fraction
+
+    ranks = median_rank_interval(n)
+    if n < 6:
+        assert ranks is None
+        return
+    j, k = ranks
+    assert k == n + 1 - j
+    alpha = Fraction(0.025)
+    assert Fraction(_tail_times_2_pow_n(n, j), 2**n) <= alpha < Fraction(_tail_times_2_pow_n(n, j + 1), 2**n)
+
+
+def test_the_exact_and_log_space_ranks_agree_wherever_both_apply():
+    from tunebench.experiment import steady
+
+    for n in [*range(6, 700), *range(1500, 2001, 3)]:
+        assert steady._log_space_rank(n, 0.025) == steady._exact_rank(n, 0.025), n
+
+
+@pytest.mark.parametrize("n", [10**5, 10**6])
+def test_median_statistics_of_a_million_steps(n):
+    import math
+    import random
+    import time
+
+    started = time.monotonic()
+    j, k = median_rank_interval(n)
+    # Normal approximation of the binomial quantile: n/2 - 1.96·sqrt(n)/2, within one rank.
+    assert abs(j - (n / 2 - 1.959964 * math.sqrt(n) / 2)) <= 1 and k == n + 1 - j
+    rng = random.Random(n)
+    times = [1.0 + rng.random() * 1e-3 for _ in range(n)]
+    summary = summarize([9.0] * 5 + times, SteadyPolicy(warmup_steps=5))
+    assert summary.count == n and summary.ci_pct is not None and 0 < summary.ci_pct < 0.01
+    assert time.monotonic() - started < 30
+
+
 def test_summary_of_a_synthetic_series_is_exact():
     warmup = [5.0, 3.0, 2.0]  # slow first steps that must not count
     steady = [1.00, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.00, 1.01, 0.99]
