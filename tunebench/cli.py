@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -12,12 +14,15 @@ from transformers.hf_argparser import string_to_bool
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions
-from tunebench.execution.guard import HarnessStopped, check_results_path, results_lock, stop_on_signals
+from tunebench.execution.guard import HarnessStopped, results_lock, stop_on_signals
+from tunebench.execution.guardian import Guardian
 from tunebench.execution.runner import run_matrix
+from tunebench.experiment.components import parse_memory_logging
 from tunebench.fileio import write_atomic
 from tunebench.matrix.expansion import Matrices, expand
 from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
 from tunebench.matrix.validation import Sources, validate
+from tunebench.results import folder as results_folder
 from tunebench.results import summaries as results
 from tunebench.telemetry.gpus import query_gpus
 
@@ -28,6 +33,14 @@ CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
 SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
                "verify": "tunebench.verify.command"}
+# Ranges of numeric options, checked at the edge: (option, attribute, test, what it must be).
+_RANGES = (
+    ("--timeout", "timeout", lambda v: 0 < v < math.inf, "a number of seconds > 0, e.g. --timeout 3600"),
+    ("--nvidia_smi_loop_ms", "nvidia_smi_loop_ms", lambda v: v >= 1, "a poll period in ms >= 1, e.g. 100"),
+    ("--max_concurrent", "max_concurrent", lambda v: v >= 1, "a count >= 1, e.g. --max_concurrent 2"),
+    ("--cpu_slots", "cpu_slots", lambda v: v >= 0, "a count >= 0 (0: the machine's cores)"),
+    ("--ray_connect_timeout", "ray_connect_timeout", lambda v: 0 < v < math.inf, "seconds > 0, e.g. 30"),
+)
 
 
 def _split(values: list[str]) -> list[str]:
@@ -67,8 +80,9 @@ def _booleans(values: list[str] | None, problems: list[InputProblem]) -> list[bo
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="benchmark.py",
-        description="Run a fine-tuning benchmark matrix. Subcommands: `compare` (regression check against a "
-                    "reference CSV) and `report` (HTML report); see `benchmark.py compare --help`.",
+        description="Run a fine-tuning benchmark matrix. Subcommands: `plan` (predict memory, run nothing), "
+                    "`verify` (the scanner against torch's MemTracker here), `compare` (regression check against a "
+                    "reference CSV), `report` (HTML report); e.g. `benchmark.py compare --help`.",
     )
     def opt(*names, **kw):  # every option also answers to its dash spelling
         parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
@@ -83,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--defaults_config_path", default=str(REPO_ROOT / "defaults.yaml"))
     opt("--framework_configs_path", default=str(REPO_ROOT / "framework_configs.yaml"))
     opt("--accelerate_config", default=str(REPO_ROOT / "accelerate.yaml"), help="accelerate config for N>1")
-    opt("--results_output_path", default="results", help="output folder (CSVs + one folder per experiment)")
+    opt("--results_output_path", default="results", help="output folder (CSVs + one folder per experiment): new, "
+        "empty or one tunebench wrote")
+    opt("--overwrite", action="store_true", help="first remove the experiment folders and CSVs of earlier runs in "
+        "the results folder (only what tunebench wrote there; default: keep them and resume)")
     opt("--dry_run", action="store_true", help="print the matrix and write each command.sh; run nothing")
     opt("--preload_models", action="store_true", help="load every model's config and tokenizer first")
     opt("--no_data_processing", action="store_true", help="reuse preprocessed data; fail if not cached")
@@ -106,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every experiment alone on the machine (a scenario can ask for it with `exclusive: true`)")
     opt("--ray_address", default=None, help="Ray cluster to join: auto, host:port or ray://host:port (default: a "
         "local Ray instance)")
+    opt("--ray_connect_timeout", type=float, default=30.0,
+        help="seconds to wait for the Ray cluster at --ray_address before giving up (exit 2); default 30")
     opt("--ray_transfer", choices=["object", "shared"], default="object",
         help="how experiment folders reach this machine: object (through Ray) or shared (a shared filesystem)")
     opt("--plan", action="store_true",
@@ -136,30 +155,35 @@ def plan(options: argparse.Namespace):
     scenario_file = load_scenarios(scenarios_path, problems)
     defaults = load_defaults(options.defaults_config_path, problems)
     framework_configs = load_framework_configs(options.framework_configs_path, problems)
-    accelerate_config = {}
-    if Path(options.accelerate_config).is_file():
-        from tunebench.matrix.inputs import load_yaml
-        accelerate_config = load_yaml(options.accelerate_config, problems) or {}
+    from tunebench.matrix.inputs import load_yaml
+
+    accelerate_config = load_yaml(options.accelerate_config, problems) or {}
     matrices = Matrices(
         num_gpus=_numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
         effective_batch_size=_numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
         max_seq_len=_numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
         packing=_booleans(options.packing_matrix, problems),
     )
-    memory_logging = {m.strip() for m in options.memory_logging.split(",") if m.strip()}
+    try:
+        memory_logging = parse_memory_logging(options.memory_logging)
+    except ValueError as exc:
+        problems.append(InputProblem("command line", "--memory_logging (or MEMORY_LOGGING)", str(exc),
+                                     "e.g. --memory_logging scanner,nvidia"))
+        memory_logging = set()
     memory_logging |= {"nvidia"} if options.log_nvidia_smi else set()
     memory_logging |= {"huggingface"} if options.log_memory_hf else set()
-    problems += check_results_path(Path(options.results_output_path))
+    problems += results_folder.check(options.results_output_path)
+    for option, attribute, test, fix in _RANGES:
+        value = getattr(options, attribute)
+        if not test(value):
+            problems.append(InputProblem("command line", option, f"out of range: {value}", f"give {fix}"))
     if options.executor != "local" and not options.dry_run:
         from tunebench.execution.executors import make_executor
 
-        try:
-            make_executor(options.executor)  # a missing optional dependency is an input error, before anything runs
+        try:  # a missing optional dependency is an input error, before anything runs
+            executor = make_executor(options.executor)
         except InputError as exc:
             problems += exc.problems
-    if options.max_concurrent < 1 or options.cpu_slots < 0:
-        problems.append(InputProblem("command line", "--max_concurrent/--cpu_slots", "must be >= 1 / >= 0",
-                                     "e.g. --max_concurrent 2"))
     if problems:
         raise InputError(problems)
     selected = scenario_file.scenarios
@@ -181,6 +205,9 @@ def plan(options: argparse.Namespace):
     problems += validate(experiments, sources, cuda_here=bool(gpus))
     if problems:
         raise InputError(problems)
+    if options.executor != "local" and not options.dry_run:
+        # Last: joining a cluster is the slowest check. An unreachable one is an input error within the bound.
+        executor.connect(options.ray_address, options.ray_connect_timeout)
     return experiments, device_type, gpus, memory_logging
 
 
@@ -205,35 +232,36 @@ def _input_error(exc: InputError) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in SUBCOMMANDS:
-        from importlib import import_module
-        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
-    planning_only = bool(argv) and argv[0] == "plan"
-    options = build_parser().parse_args(argv[1:] if planning_only else argv)
-    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        experiments, device_type, gpus, memory_logging = plan(options)
-        if options.preload_models:
-            from tunebench.execution.preparation import preload_models
-            preload_models(experiments)
-        if not (options.dry_run or planning_only):
-            from tunebench.execution.preparation import preprocess_data
-            preprocess_data(experiments, build=not options.no_data_processing)
-        predictions = _predictions(options, experiments, gpus) if planning_only or options.plan or \
-            options.skip_predicted_oom else {}
-    except InputError as exc:
-        return _input_error(exc)
-    if planning_only:
-        from tunebench.planning.plan_matrix import plan_table
+def _environment_error(exc: OSError) -> int:
+    """A filesystem fault (read-only, full, permissions) while writing results: one line, exit 2."""
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"tunebench: cannot write{where}: {exc.strerror or exc} (fix: free space or choose a writable "
+          "--results_output_path); nothing was left half-written and every finished experiment's results are kept",
+          file=sys.stderr)
+    return 2
 
-        print(plan_table(experiments, predictions).to_string(index=False))
-        plan_csv = Path(options.results_output_path) / "plan.csv"
-        frame = results.collect([{**e.describe(), **predictions.get(e.experiment_id, {})} for e in experiments])
-        write_atomic(plan_csv, frame.to_csv(index=False))
-        print(f"wrote {plan_csv}")
-        return 0
+
+def _write_plan(output_dir: Path, experiments, predictions) -> int:
+    from tunebench.planning.plan_matrix import plan_table
+
+    print(plan_table(experiments, predictions).to_string(index=False))
+    frame = results.collect([{**e.describe(), **predictions.get(e.experiment_id, {})} for e in experiments])
+    write_atomic(output_dir / results_folder.PLAN, frame.to_csv(index=False))
+    print(f"wrote {output_dir / results_folder.PLAN}")
+    return 0
+
+
+def _write_pip_freeze(output_dir: Path) -> None:
+    """The installed distributions, as `pip freeze` lists them (read from metadata: no subprocess)."""
+    from importlib.metadata import distributions
+
+    names = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions() if d.metadata["Name"]},
+                   key=str.lower)
+    write_atomic(output_dir / "pip-freeze.txt", "\n".join(names) + "\n")
+
+
+def _run(options, experiments, device_type, gpus, memory_logging, predictions) -> int:
+    """Claim and lock the results folder, run the matrix, and rebuild the CSVs from disk however it ends."""
     output_dir = Path(options.results_output_path)
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     run_options = RunOptions(
@@ -243,30 +271,40 @@ def main(argv: list[str] | None = None) -> int:
         nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env, preload=not options.no_preload,
         executor=options.executor, max_concurrent=options.max_concurrent, cpu_slots=options.cpu_slots,
         exclusive_timing=options.exclusive_timing, ray_address=options.ray_address, ray_transfer=options.ray_transfer,
-        predictions=predictions, skip_predicted_oom=options.skip_predicted_oom,
+        ray_connect_timeout=options.ray_connect_timeout, predictions=predictions, skip_predicted_oom=options.skip_predicted_oom,
     )
-    try:
-        with stop_on_signals(), results_lock(output_dir):
-            print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
+    with stop_on_signals(), results_lock(output_dir):
+        if options.overwrite and not options.dry_run:
+            removed = results_folder.remove_previous_results(output_dir)
+            print(f"--overwrite: removed {removed} earlier experiment folder(s) from {output_dir}/", flush=True)
+        if not options.dry_run:
+            _write_pip_freeze(output_dir)
+        print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
+        order = [e.folder_name for e in experiments]
+        try:
             rows = run_matrix(experiments, run_options)
-    except InputError as exc:
-        return _input_error(exc)
-    except HarnessStopped as exc:
-        print(f"stopped by {exc}: every running experiment was stopped; finished rows are kept", file=sys.stderr)
-        return 128 + exc.signum
-    except KeyboardInterrupt:
-        print("interrupted: every running experiment was stopped", file=sys.stderr)
-        return 130
-    frame = results.collect(rows)
+        except BaseException:
+            # Every stop path (Ctrl-C, SIGTERM/SIGHUP, an executor error) leaves CSVs holding every experiment
+            # on disk, the interrupted ones as error rows; a failure to write them must not hide the cause.
+            if not options.dry_run:
+                try:
+                    results.write_summaries(output_dir, order)
+                except OSError as exc:
+                    logger.error("could not rebuild the CSVs in %s: %s", output_dir, exc)
+            raise
+        if not options.dry_run:
+            frame = results.write_summaries(output_dir, order)
     if options.dry_run:
+        frame = results.collect(rows)
         print(frame[[c for c in results.KEY_COLUMNS + ["effective_batch_size", "per_device_train_batch_size",
                      "gradient_accumulation_steps", "max_seq_len", "packing", "peft_method"] if c in frame.columns]]
               .to_string(index=False))
         print(f"dry run: wrote command.sh for each experiment under {output_dir}/, ran nothing")
         return 0
-    frame = results.write_summaries(output_dir, rows)
-    print(results.summary_table(frame))
-    print(f"wrote {output_dir / results.RAW_SUMMARY} and {output_dir / results.BENCHMARKS}")
+    print(results.summary_table(results.collect(rows)))
+    earlier = len(frame) - len(rows)
+    print(f"wrote {output_dir / results_folder.RAW_SUMMARY} and {output_dir / results_folder.BENCHMARKS}"
+          + (f" ({len(frame)} rows: {earlier} from earlier runs in this folder)" if earlier > 0 else ""))
     if options.compare_with:
         from tunebench.results.compare import CompareInputError, compare_paths
         try:
@@ -278,3 +316,47 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome.markdown)
         return outcome.exit_code
     return 0
+
+
+def _checked_run(options, planning_only: bool) -> int:
+    experiments, device_type, gpus, memory_logging = plan(options)
+    if options.preload_models:
+        from tunebench.execution.preparation import preload_models
+        preload_models(experiments)
+    if not (options.dry_run or planning_only):
+        from tunebench.execution.preparation import preprocess_data
+        preprocess_data(experiments, build=not options.no_data_processing)
+    predictions = _predictions(options, experiments, gpus) if planning_only or options.plan or \
+        options.skip_predicted_oom else {}
+    if planning_only:
+        with results_lock(Path(options.results_output_path)):  # never into a folder a run holds
+            return _write_plan(Path(options.results_output_path), experiments, predictions)
+    return _run(options, experiments, device_type, gpus, memory_logging, predictions)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        from importlib import import_module
+        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    planning_only = bool(argv) and argv[0] == "plan"
+    options = build_parser().parse_args(argv[1:] if planning_only else argv)
+    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A run starts processes (Ray, the preload server, experiments): a watchdog takes them all along if the
+    # harness is killed. A dry run and `plan` start none.
+    watchdog = contextlib.nullcontext() if options.dry_run or planning_only else Guardian()
+    try:
+        with watchdog:
+            return _checked_run(options, planning_only)
+    except InputError as exc:
+        return _input_error(exc)
+    except HarnessStopped as exc:
+        print(f"stopped by {exc}: every running experiment was stopped; the CSVs hold every experiment on disk "
+              "(interrupted ones as error rows)", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("interrupted: every running experiment was stopped; the CSVs hold every experiment on disk "
+              "(interrupted ones as error rows)", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        return _environment_error(exc)

@@ -1,8 +1,9 @@
-"""Atomic file writes: a temp file in the target's directory, then os.replace, so readers never see half a file."""
+"""Safe file writes: atomic replacement (readers never see half a file), safe names, and writes kept inside a root."""
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,48 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
             handle.write(payload)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)  # nothing half-written is left behind, whatever failed
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name the target
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def safe_name(text: str, limit: int = 64, fallback: str = "experiment") -> str:
+    """A readable file-name fragment from any text: ASCII letters, digits and `. _ + -` only, no path
+    separators, no `..`, no leading dot (hidden) or dash (read as an option), at most `limit` characters.
+
+    Not unique by itself: callers append an identity (the experiment id) to keep names apart.
+    """
+    name = _UNSAFE_NAME_CHARS.sub("-", str(text))
+    name = re.sub(r"\.{2,}", "-", name)  # '..' never survives, whatever surrounds it
+    name = re.sub(r"-{2,}", "-", name).strip(".-_")
+    return name[:limit].rstrip(".-_") or fallback
+
+
+def ensure_inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """`path`, after checking that it resolves (symbolic links followed) inside `root`; ValueError if not.
+
+    Guards every write the harness derives from user input (scenario names, folders found on disk) against
+    `..`, absolute parts and links pointing elsewhere.
+    """
+    resolved_root = Path(root).resolve()
+    resolved = Path(path).resolve()
+    if resolved != resolved_root and resolved_root not in resolved.parents:
+        raise ValueError(f"{path} resolves to {resolved}, outside {resolved_root}")
+    return Path(path)
+
+
+def looks_like_local_path(text: str, suffixes: tuple[str, ...] = ()) -> bool:
+    """Whether `text` names something on this machine rather than a hub id (`org/name`): an absolute or
+    `./`, `../`, `~` path, a backslash, two or more separators, one of `suffixes`, or a first folder that
+    exists here. Such a path must exist: it is never looked up on a hub."""
+    text = str(text)
+    if text.startswith(("/", "./", "../", "~")) or "\\" in text or text.count("/") >= 2 or text in (".", ".."):
+        return True
+    if suffixes and text.lower().endswith(tuple(s.lower() for s in suffixes)):
+        return True
+    return "/" in text and os.path.isdir(text.split("/", 1)[0])

@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunebench.execution.failures import classify
-from tunebench.execution.launch import build_launch, command_script, run_process
-from tunebench.fileio import write_atomic
+from tunebench.execution.launch import build_launch, command_script, run_process, stop_reason
+from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.matrix.expansion import Experiment
 from tunebench.results import summaries as results
 from tunebench.telemetry.steady_energy import steady_energy_columns
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 class RunOptions:
     output_dir: Path
     accelerate_config_path: str | None = None
-    timeout_seconds: float | None = 1800.0
+    timeout_seconds: float | None = 3600.0
     dry_run: bool = False
     resume: bool = True
     available_gpus: list[int] = field(default_factory=list)
@@ -38,13 +39,22 @@ class RunOptions:
     cpu_slots: int = 0  # CPU: process slots to pack onto (0 = the machine's cores)
     exclusive_timing: bool = False  # every experiment alone on the machine
     ray_address: str | None = None
+    ray_connect_timeout: float = 30.0  # seconds to wait for the cluster at ray_address
     ray_transfer: str = "object"  # object (folders come back through Ray) | shared (a shared filesystem)
     predictions: dict[str, dict[str, Any]] = field(default_factory=dict)  # experiment_id → pred_* columns
     skip_predicted_oom: bool = False
 
 
-def skip_reason(experiment: Experiment, available_gpus: int) -> str | None:
+def cpu_slots(options: RunOptions) -> int:
+    """Process slots of a CPU matrix: --cpu_slots, else the machine's cores."""
+    return options.cpu_slots or os.cpu_count() or 1
+
+
+def skip_reason(experiment: Experiment, available_gpus: int, slots: int | None = None) -> str | None:
     fc = experiment.framework_config
+    if experiment.device_type == "cpu" and slots is not None and experiment.num_gpus > slots:
+        return (f"needs {experiment.num_gpus} processes, this machine has {slots} CPU slot(s) (--cpu_slots raises "
+                "the count on purpose)")
     if experiment.num_gpus < fc.min_gpus:
         return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
     if experiment.device_type == "cpu" and "fsdp" in experiment.arguments and experiment.arguments["fsdp"]:
@@ -68,8 +78,10 @@ def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
 
 
 def _clear_previous_attempt(folder: Path) -> None:
-    """Only files this harness writes, inside the experiment's own folder, are removed."""
-    for pattern in ("results.json", "steps.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv"):
+    """Only files this harness writes, inside the experiment's own folder, are removed. The logs go too: they are
+    opened for writing next, and a link planted in their place would be written through."""
+    for pattern in ("results.json", "steps.json", "error_rank*.json", "scan*.json", "nvidia_smi*.csv",
+                    "nvidia_smi.csv.partial", "stdout.log", "stderr.log"):
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "trainer_output", ignore_errors=True)
@@ -91,6 +103,15 @@ def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: 
 
 def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
     folder = options.output_dir / experiment.folder_name
+    row = base_row(experiment, options)
+    try:
+        ensure_inside(options.output_dir, folder)
+    except ValueError as exc:  # a link planted in the results folder: nothing is written through it
+        return {**row, "status": "error", "error_messages": f"not run: its folder {exc}"}
+    if options.dry_run and (folder / results.RESULTS_FILE).exists():
+        # A finished (or failed) experiment's files describe the run that produced them: a dry run never
+        # rewrites them (its command.sh may name another interpreter).
+        return {**row, "status": "dry_run", "error_messages": "already run: its files were left as they are"}
     folder.mkdir(parents=True, exist_ok=True)
     spec = build_launch(experiment, folder, gpu_ids, options.accelerate_config_path, options.extra_env)
     write_atomic(folder / "command.sh", command_script(spec))
@@ -98,7 +119,6 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
     write_atomic(folder / "config.json", json.dumps({
         **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
         "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
-    row = base_row(experiment, options)
     if options.dry_run:
         return {**row, "status": "dry_run"}
     _clear_previous_attempt(folder)
@@ -106,8 +126,13 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
         outcome = run_process(spec, folder / "stdout.log", folder / "stderr.log", options.timeout_seconds,
                               preload=options.preload)
     produced = results.read_row(folder)
+    stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
         row.update(produced)
+    elif stopped_by:
+        row["status"] = "error"
+        row["error_messages"] = (f"interrupted: tunebench was stopped by {stopped_by} while this experiment ran "
+                                 "(its process group was killed); it runs again on resume")
     else:
         stderr_text = (folder / "stderr.log").read_text(errors="replace")
         row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
@@ -126,5 +151,5 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
 
         row.update(error_columns(row))
     row.update(experiment.describe())  # identity columns win over anything the child wrote
-    results.write_row(folder, row)
+    results.write_row(folder, row, root=options.output_dir)
     return row

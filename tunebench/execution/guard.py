@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.results.folder import LOCK_FILE, claim
 
 logger = logging.getLogger(__name__)
-
-LOCK_FILE = ".tunebench.lock"
 
 
 class HarnessStopped(KeyboardInterrupt):
@@ -28,41 +27,41 @@ class HarnessStopped(KeyboardInterrupt):
         self.signum = signum
 
 
-def check_results_path(path: Path) -> list[InputProblem]:
-    if path.exists() and not path.is_dir():
-        return [InputProblem("command line", "--results_output_path", f"{path} exists and is not a directory",
-                             "give a folder (new or one tunebench wrote), not a file")]
-    return []
-
-
 @contextlib.contextmanager
 def results_lock(folder: Path):
-    """Hold an exclusive lock on `folder` for the whole run; a second harness gets a clear InputError.
+    """Claim `folder` (tunebench.results.folder.claim) and hold an exclusive lock on it for the whole run; a
+    second harness gets a clear InputError.
 
     flock: released by the kernel when the process ends, however it ends, so a killed harness never leaves a
     stale lock behind. The file records who holds it, for the refusal message.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    claim(folder)
     path = folder / LOCK_FILE
-    handle = open(path, "a+")
+    # O_NOFOLLOW: a link planted in the lock's place is refused, never written through.
+    handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644), "a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {holder}",
-                               "wait for that harness to finish, or choose another --results_output_path")
-        raise InputError([problem]) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
-                             "since": time.strftime("%Y-%m-%d %H:%M:%S")}))
-    handle.flush()
-    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {holder}",
+                                   "wait for that harness to finish, or choose another --results_output_path")
+            raise InputError([problem]) from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
+                                     "since": time.strftime("%Y-%m-%d %H:%M:%S")}))
+            handle.flush()  # a full disk fails here, before anything runs (OSError: exit 2 in the CLI)
+        except OSError as exc:  # the buffered note is dropped when the descriptor closes: nothing half-written
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         yield
     finally:
-        handle.close()  # closing the descriptor releases the lock
+        try:
+            handle.close()  # closing the descriptor releases the lock
+        except OSError:  # a full disk refuses the buffered note again; the descriptor is closed all the same
+            pass
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunebench.lifetime import LAUNCHED_GROUP_ENV, preexec_dying_with_parent
 from tunebench.matrix.expansion import Experiment
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ def build_launch(
     for key, value in os.environ.items():
         if key.startswith(_REPRO_ENV_PREFIXES) and key not in repro_env:
             repro_env[key] = value
-    env = {**os.environ, **repro_env}
+    # Not in command.sh: only under the harness does every rank die with the launcher that leads its group.
+    env = {**os.environ, **repro_env, LAUNCHED_GROUP_ENV: "1"}
     return LaunchSpec(argv=argv, env=env, repro_env=repro_env, cwd=os.getcwd(),
                       entry_argv=training_argv if nproc == 1 else None)
 
@@ -209,27 +211,6 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _new_group_dying_with_parent():
-    """A preexec_fn: own session (process group) and SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG),
-    so an experiment never outlives a harness (or Ray worker) that was SIGKILLed. prctl is resolved here, in
-    the parent: the child only makes two system calls between fork and exec."""
-    prctl = None
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            prctl = None
-
-    def preexec() -> None:
-        os.setsid()
-        if prctl is not None:
-            prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return preexec
-
-
 def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None,
                 preload: bool = False) -> ProcessOutcome:
     """Run to completion or timeout; on timeout or Ctrl-C the whole process group is killed.
@@ -246,18 +227,40 @@ def run_process(spec: LaunchSpec, stdout_path: Path, stderr_path: Path, timeout_
         return _wait(proc, start, started_unix, timeout_seconds)
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         proc = subprocess.Popen(spec.argv, env=spec.env, cwd=spec.cwd, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, preexec_fn=_new_group_dying_with_parent())
+                                stdin=subprocess.DEVNULL, preexec_fn=preexec_dying_with_parent())
         return _wait(proc, start, started_unix, timeout_seconds)
 
 
 # Every experiment process group currently running in this harness (the executors' worker threads start
-# them): `stop_all()` ends them all when the harness is interrupted or terminated.
+# them): `stop_all()` ends them all when the harness is interrupted or terminated, and records why, so each
+# interrupted experiment's row names the cause.
 _RUNNING: set = set()
 _RUNNING_LOCK = threading.Lock()
+_STOP = {"reason": None}
 
 
-def stop_all(grace_seconds: float = 3.0) -> int:
+def stop_description(exc: BaseException) -> str:
+    """What stopped the harness, for the rows of the experiments it interrupted."""
+    signum = getattr(exc, "signum", None)
+    if signum is not None:
+        return signal.Signals(signum).name
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT (Ctrl-C)"
+    return f"a harness error ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def stop_reason() -> str | None:
+    """Why the harness is stopping (set by stop_all), or None while it runs normally."""
+    return _STOP["reason"]
+
+
+def reset_stop() -> None:
+    _STOP["reason"] = None
+
+
+def stop_all(grace_seconds: float = 3.0, reason: str = "a stop request") -> int:
     """Kill every running experiment's process group; returns how many there were."""
+    _STOP["reason"] = reason
     with _RUNNING_LOCK:
         running = list(_RUNNING)
     for proc in running:

@@ -19,16 +19,22 @@ import signal
 import sys
 import time
 
+from tunebench.lifetime import die_with_parent
+
 logger = logging.getLogger(__name__)
 
 # What the server imports once; an experiment's own imports then find them in sys.modules.
-PRELOAD_MODULES = ["tunebench.experiment.preloaded"]
+# The guard comes first: the server must die with the harness even while it is still importing the rest.
+PRELOAD_MODULES = ["tunebench.execution.forkserver_guard", "tunebench.experiment.preloaded"]
 _context = None
 
 
 def _server():
     global _context
     if _context is None:
+        from tunebench.execution.forkserver_guard import HARNESS_PID_ENV
+
+        os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD_MODULES)
     return _context
@@ -49,14 +55,21 @@ def _noop() -> None:
 
 def start(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str):
     """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
-    process = _server().Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path), daemon=False)
+    context = _server()
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the fork's parent-to-be
+    process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
+                              daemon=False)
     process.start()
     return process
 
 
-def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str) -> None:
+def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str,
+               server_pid: int | None = None) -> None:
     os.setsid()  # its own process group, as a launched experiment has: the harness kills the whole group
-    _die_with_server()
+    die_with_parent(expected_parent=server_pid)  # the server dies with the harness, and this with the server
     for fd, path in ((1, stdout_path), (2, stderr_path)):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(handle, fd)
@@ -81,15 +94,3 @@ def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str,
 
     sys.argv = ["tunebench.experiment.train", *argv]
     sys.exit(main(argv))  # multiprocessing turns SystemExit into the exit code, after normal clean-up
-
-
-def _die_with_server() -> None:
-    """SIGKILL this experiment if the server (its parent) dies, e.g. because the harness was SIGKILLed."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        logger.warning("prctl unavailable: a preloaded experiment will not die with its server")

@@ -6,7 +6,15 @@ import logging
 from typing import Any
 
 from tunebench.execution.executors import make_executor
-from tunebench.execution.experiment_run import RunOptions, base_row, reusable_row, run_one, skip_reason
+from tunebench.execution.experiment_run import (
+    RunOptions,
+    base_row,
+    cpu_slots,
+    reusable_row,
+    run_one,
+    skip_reason,
+)
+from tunebench.execution.launch import reset_stop
 from tunebench.execution.progress import MatrixProgress
 from tunebench.matrix.expansion import Experiment
 from tunebench.results import summaries as results
@@ -16,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[str, Any]]:
     """Rows of every experiment that finished (or was reused, skipped, dry-run), in matrix order."""
+    reset_stop()
     rows: dict[int, dict[str, Any]] = {}
     todo: list[int] = []
     for index, experiment in enumerate(experiments):
@@ -23,9 +32,17 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
         previous = reusable_row(folder, experiment.experiment_id) if options.resume and not options.dry_run else None
         if previous is not None:
             logger.info("resume: %s already completed, skipping", experiment.folder_name)
+            predicted = options.predictions.get(experiment.experiment_id)
+            if predicted:  # --plan on a resumed folder: the prediction joins the finished row
+                from tunebench.planning.predict import error_columns
+
+                previous.update(predicted)
+                previous.update(error_columns(previous))
+                results.write_row(folder, previous, root=options.output_dir)
             rows[index] = previous
             continue
-        reason = skip_reason(experiment, len(options.available_gpus)) or predicted_oom(experiment, options)
+        reason = skip_reason(experiment, len(options.available_gpus), cpu_slots(options)) or \
+            predicted_oom(experiment, options)
         if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
             row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
             rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
@@ -34,25 +51,30 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
             logger.warning("skipping %s: %s", experiment.folder_name, reason)
             rows[index] = {**base_row(experiment, options), "status": "skipped", "error_messages": reason}
             folder.mkdir(parents=True, exist_ok=True)
-            results.write_row(folder, rows[index])
+            results.write_row(folder, rows[index], root=options.output_dir)
             continue
         todo.append(index)
     if not todo:
         return [rows[i] for i in sorted(rows)]
 
     executor = make_executor(options.executor)
+    order = [e.folder_name for e in experiments]
     planned = [experiments[i] for i in todo]
     progress = MatrixProgress([e.folder_name for e in planned], options.max_concurrent)
 
     def finished(position: int, row: dict[str, Any]) -> None:
         index = todo[position]
         row.update(experiments[index].describe())  # identity columns win over anything else
-        results.write_row(options.output_dir / experiments[index].folder_name, row)
+        try:
+            results.write_row(options.output_dir / experiments[index].folder_name, row, root=options.output_dir)
+        except ValueError as exc:  # its folder resolves outside the results folder: never written
+            logger.error("%s: row not written: %s", experiments[index].folder_name, exc)
         rows[index] = row
         progress.finished(position, row.get("status", "?"))
         logger.info("%s: %s", experiments[index].folder_name, row.get("status"))
-        # Keep the CSVs current: a long matrix that is interrupted still leaves every finished row behind.
-        results.write_summaries(options.output_dir, [rows[i] for i in sorted(rows)])
+        # Keep the CSVs current (rebuilt from every folder on disk, running experiments aside): even a harness
+        # that is SIGKILLed leaves every finished row in them.
+        results.write_summaries(options.output_dir, order, incomplete=False)
 
     try:
         executor.run(planned, options, finished, progress)

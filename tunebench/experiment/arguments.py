@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 
@@ -89,6 +90,74 @@ class BenchArguments:
 
 
 ENTRY_DATACLASSES = (ModelArguments, DataArguments, PeftArguments, BenchArguments)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric argument may take: [low, high], either end open or absent, plus exceptions."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    also: tuple = ()  # values allowed outside the range (max_steps -1: train by epochs)
+
+    def problem(self, value) -> str | None:
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value in self.also:
+            return None
+        ok = math.isfinite(value)
+        if ok and self.low is not None:
+            ok = value > self.low if self.low_open else value >= self.low
+        if ok and self.high is not None:
+            ok = value < self.high if self.high_open else value <= self.high
+        return None if ok else f"{value} is out of range: expected {self.describe()}"
+
+    def describe(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        text = " and ".join(parts) or "a finite number"
+        return text + "".join(f" (or {v})" for v in self.also)
+
+
+# Numeric arguments whose range the harness checks before anything runs: the entry's own and the Trainer's
+# that decide what a step is. A value outside fails in seconds with the key and the range, not an hour in.
+RANGES: dict[str, Range] = {
+    "max_seq_len": Range(1, 2**21), "synthetic_num_samples": Range(1, 10**7), "synthetic_min_len": Range(0),
+    "r": Range(1), "lora_alpha": Range(0, low_open=True), "lora_dropout": Range(0, 1, high_open=True),
+    "num_virtual_tokens": Range(1),
+    "steady_warmup_steps": Range(0), "steady_min_steps": Range(1), "steady_max_cv": Range(0, low_open=True),
+    "steady_target_ci_pct": Range(0, low_open=True),
+    "max_steps": Range(1, also=(-1,)), "num_train_epochs": Range(0, low_open=True),
+    "per_device_train_batch_size": Range(1), "gradient_accumulation_steps": Range(1),
+    "learning_rate": Range(0), "weight_decay": Range(0), "max_grad_norm": Range(0), "warmup_steps": Range(0),
+    "warmup_ratio": Range(0, 1), "dataloader_num_workers": Range(0), "seed": Range(0, 2**32 - 1),
+    "logging_steps": Range(0, low_open=True), "save_steps": Range(0, low_open=True),
+}
+
+
+# Synthetic rows are built in the harness's memory before anything launches (~40 bytes a token as Python lists).
+MAX_SYNTHETIC_TOKENS = 2**27
+
+
+def range_problems(parsed: tuple) -> dict[str, str]:
+    """{key: problem} for every ranged argument of the parsed dataclasses that is out of its range."""
+    found = {}
+    data = next((p for p in parsed if isinstance(p, DataArguments)), None)
+    if data is not None and data.training_data_path == "synthetic" and isinstance(data.max_seq_len, int) \
+            and isinstance(data.synthetic_num_samples, int) \
+            and data.synthetic_num_samples * data.max_seq_len > MAX_SYNTHETIC_TOKENS:
+        found["synthetic_num_samples"] = (f"{data.synthetic_num_samples} rows of up to {data.max_seq_len} tokens are "
+                                          f"more than the {MAX_SYNTHETIC_TOKENS:,} synthetic tokens tunebench builds")
+    for instance in parsed:
+        for key, allowed in RANGES.items():
+            if hasattr(instance, key) and key not in found:
+                problem = allowed.problem(getattr(instance, key))
+                if problem:
+                    found[key] = problem
+    return found
 
 
 class ArgumentError(ValueError):

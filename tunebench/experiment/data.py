@@ -10,10 +10,32 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from tunebench.fileio import looks_like_local_path
+
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1  # bump when the preprocessing below changes, so stale caches are never reused
 _LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+# Suffixes that make a data path local whatever else it looks like (data/missing.jsonl is never a hub id).
+DATA_SUFFIXES = (*_LOCAL_FORMATS, ".csv", ".txt", ".arrow", ".tsv")
+
+
+def data_source_problem(data_path: str) -> str | None:
+    """Why `training_data_path` cannot be used, or None: 'synthetic', an existing local file of a supported
+    type, or a hub dataset id `org/name`. A path that looks local must exist: it is never looked up on a hub."""
+    if data_path == "synthetic":
+        return None
+    path = Path(data_path)
+    if path.is_file():
+        if path.suffix.lower() not in _LOCAL_FORMATS:
+            return f"{data_path!r}: unsupported file type {path.suffix or '(none)'}; use .json, .jsonl or .parquet"
+        return None
+    if looks_like_local_path(data_path, DATA_SUFFIXES):
+        return (f"local file {data_path!r} does not exist (a path with a folder or a data-file suffix is read "
+                "from this machine, never from a hub)")
+    if data_path.count("/") == 1 and all(data_path.split("/")):
+        return None  # a hub dataset id
+    return f"{data_path!r} is neither 'synthetic', a local .json/.jsonl/.parquet file nor a hub dataset id org/name"
 
 
 def default_cache_dir() -> Path:
@@ -93,10 +115,11 @@ def _tokenize_rows(raw, tokenizer, text_field: str, max_len: int):
 def _load_raw(data_path: str):
     import datasets
 
-    suffix = Path(data_path).suffix.lower()
+    problem = data_source_problem(data_path)
+    if problem:
+        raise ValueError(f"training_data_path {problem}")
     if Path(data_path).is_file():
-        if suffix not in _LOCAL_FORMATS:
-            raise ValueError(f"training_data_path {data_path!r}: unsupported file type; use .json, .jsonl or .parquet")
+        suffix = Path(data_path).suffix.lower()
         return datasets.load_dataset(_LOCAL_FORMATS[suffix], data_files=data_path, split="train")
     return datasets.load_dataset(data_path, split="train")
 

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tunebench.fileio import looks_like_local_path
+
 logger = logging.getLogger(__name__)
 
 # A preset is named "preset:<family>-<size>". The colon cannot appear in a hub id ("org/name"), so a preset
@@ -96,7 +98,10 @@ def resolve_model_source(model_name_or_path: str) -> ModelSource:
         if not os.path.isfile(os.path.join(model_name_or_path, "config.json")):
             raise ValueError(f"local model directory {model_name_or_path!r} has no config.json")
         return ModelSource("local", model_name_or_path)
-    if model_name_or_path.count("/") == 1 and not model_name_or_path.startswith(("/", ".")):
+    if looks_like_local_path(model_name_or_path):
+        raise ValueError(f"local model directory {model_name_or_path!r} does not exist (a path that looks local is "
+                         "never looked up on a hub)")
+    if model_name_or_path.count("/") == 1 and all(model_name_or_path.split("/")):
         return ModelSource("hub", model_name_or_path)
     raise ValueError(
         f"model {model_name_or_path!r} is neither a preset ({PRESET_PREFIX}<name>), an existing local directory "

@@ -163,6 +163,9 @@ def _error_class(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     from scanner.memory import process_start_epoch  # the process's own start time, from /proc
     from tunebench.experiment.startup import Startup
+    from tunebench.lifetime import die_with_launcher
+
+    die_with_launcher()  # a rank of torchrun / accelerate launch dies with it, even if the harness is SIGKILLed
 
     startup = Startup(process_start_epoch())
     logging.basicConfig(level=os.environ.get("TUNEBENCH_LOG_LEVEL", "INFO"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from tunebench.errors import InputProblem
 from tunebench.experiment.data import dataset_fingerprint
+from tunebench.fileio import safe_name
 from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,9 @@ class Experiment:
 
     @property
     def folder_name(self) -> str:
-        return f"{self.scenario}_{self.experiment_id}"
+        """`<scenario>_<id>`: the scenario name made safe (no separators, no `..`, at most 64 characters); the
+        id keeps two scenarios whose names sanitise alike apart."""
+        return f"{safe_name(self.scenario, fallback='scenario')}_{self.experiment_id}"
 
     def describe(self) -> dict[str, Any]:
         """Identity columns, as they appear in the CSVs."""

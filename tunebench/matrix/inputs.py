@@ -42,20 +42,60 @@ class ScenarioFile:
     data_processing: dict[str, Any]
 
 
+# A YAML file small on disk can stand for a huge document through aliases (`&a [*b, *b, ...]`): its values are
+# copied into every experiment and hashed, so the expanded size is bounded.
+MAX_YAML_VALUES = 200_000
+
+
+def _expanded_size(value: Any, memo: dict[int, int]) -> int:
+    """How many values `value` stands for once every alias is expanded (shared nodes counted per use)."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    if id(value) in memo:
+        return memo[id(value)]
+    memo[id(value)] = MAX_YAML_VALUES + 1  # a node that contains itself expands without end
+    items = list(value.items()) if isinstance(value, dict) else [(None, v) for v in value]
+    total = 1
+    for key, item in items:
+        total += _expanded_size(key, memo) + _expanded_size(item, memo) if key is not None else _expanded_size(item, memo)
+        if total > MAX_YAML_VALUES:
+            break
+    memo[id(value)] = total
+    return total
+
+
 def load_yaml(path: str | Path, problems: list[InputProblem]) -> Any:
-    """Parse a YAML file; a missing file or malformed YAML becomes a problem (with line), not a traceback."""
+    """Parse a YAML file; a missing, unreadable or malformed file becomes a problem (with line), not a traceback."""
     path = Path(path)
     if not path.is_file():
         problems.append(InputProblem(str(path), "-", "file not found", "pass an existing file path"))
         return None
     try:
-        return yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f"line {where.line + 1}, column {where.column + 1}" if where else "-"
         problems.append(InputProblem(str(path), line, f"malformed YAML: {getattr(exc, 'problem', exc)}",
                                      "fix the YAML syntax at that position"))
         return None
+    except UnicodeDecodeError as exc:
+        problems.append(InputProblem(str(path), f"byte {exc.start}", "not UTF-8 text", "save the file as UTF-8"))
+        return None
+    except RecursionError:
+        problems.append(InputProblem(str(path), "-", "nested too deeply to read", "flatten the YAML"))
+        return None
+    except OSError as exc:
+        problems.append(InputProblem(str(path), "-", f"cannot read: {exc.strerror}", "check the file's permissions"))
+        return None
+    try:
+        too_large = _expanded_size(data, {}) > MAX_YAML_VALUES
+    except RecursionError:
+        too_large = True
+    if too_large:
+        problems.append(InputProblem(str(path), "-", f"expands to more than {MAX_YAML_VALUES:,} values (aliases?)",
+                                     "write the arguments out without deeply nested aliases"))
+        return None
+    return data
 
 
 def _expect_mapping(value: Any, source: str, key: str, problems: list[InputProblem]) -> dict:

@@ -10,8 +10,9 @@ from typing import Any
 
 from tunebench.errors import InputProblem
 from tunebench.execution.launch import entry_arguments, to_argv
-from tunebench.experiment.arguments import ArgumentError, StrictArgumentParser
+from tunebench.experiment.arguments import ArgumentError, StrictArgumentParser, range_problems
 from tunebench.experiment.components import step_windows
+from tunebench.experiment.data import data_source_problem
 from tunebench.experiment.models import resolve_model_source
 from tunebench.matrix.expansion import Experiment
 
@@ -79,20 +80,26 @@ def _problems_for(experiment: Experiment, parser: StrictArgumentParser, known: s
     except ValueError as exc:
         source, where = sources.origin(experiment, "model_name_or_path")
         problems.append(InputProblem(source, where, str(exc), "use preset:<name>, a local dir or org/name"))
-    data_path = args.get("training_data_path", "synthetic")
-    if data_path != "synthetic" and not Path(data_path).is_file() and data_path.count("/") != 1:
+    data_problem = data_source_problem(str(args.get("training_data_path", "synthetic")))
+    if data_problem:
         source, where = sources.origin(experiment, "training_data_path")
-        problems.append(InputProblem(source, where, f"dataset {data_path!r} is not a file or a hub name",
-                                     "use 'synthetic', a .json/.jsonl/.parquet path or org/name"))
+        problems.append(InputProblem(source, where, data_problem,
+                                     "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
     if parsed is not None:
+        for key, problem in range_problems(parsed).items():
+            source, where = sources.origin(experiment, key)
+            problems.append(InputProblem(source, where, problem, f"set {key} within that range"))
         bench, training = parsed[3], parsed[4]
         try:
             step_windows(bench, training.max_steps)
         except ValueError as exc:
-            key = next((k for k in ("scan_time_steps", "scan_steps", "steady_warmup_steps") if k in str(exc)), "max_steps")
+            text = str(exc)
+            key = next((k for k in ("memory_logging", "scan_time_steps", "scan_steps", "steady_warmup_steps")
+                        if k in text), "max_steps")
             source, where = sources.origin(experiment, key)
-            problems.append(InputProblem(source, where, str(exc), "raise max_steps, or adjust scan_steps / "
-                                         "scan_time_steps / steady_warmup_steps"))
+            fix = ("use a comma list of scanner, huggingface, nvidia, all, none" if key == "memory_logging" else
+                   "raise max_steps, or adjust scan_steps / scan_time_steps / steady_warmup_steps")
+            problems.append(InputProblem(source, where, text, fix))
     return problems
 
 

@@ -246,6 +246,13 @@ def compare_frames(
     thresholds, directions, notes = dict(thresholds or {}), dict(directions or {}), []
     keys = _resolve_keys(reference, results, keys, notes)
     metric_cols = _select_metrics(reference, results, metrics, thresholds, directions, notes)
+    results_ok = results["status"].map(canonical).str.lower().eq(OK).any() if "status" in results else True
+    if not metric_cols and results_ok:
+        # Nothing could be judged: "0 regressions" would be a pass that checked nothing.
+        raise CompareInputError(
+            f"reference {reference.attrs.get('path', '?')} and results {results.attrs.get('path', '?')} share no "
+            "metric column, so nothing can be compared; pass a reference made by this benchmark (same columns)"
+        )
     ref = _numeric_metrics(reference, metric_cols, "reference")
     new = _numeric_metrics(results, metric_cols, "results")
     arg_cols = [c for c in ref.columns if c in new.columns and c not in keys and rules.is_argument_column(c)]

@@ -1,4 +1,4 @@
-"""Merge per-experiment results.json files into raw_summary.csv and benchmarks.csv (pandas, atomic writes)."""
+"""raw_summary.csv and benchmarks.csv, rebuilt from every experiment folder on disk (pandas, atomic writes)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from tunebench.fileio import write_atomic
+from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.results import columns
+from tunebench.results.folder import BENCHMARKS, RAW_SUMMARY, experiment_folders
 
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
-RAW_SUMMARY = "raw_summary.csv"
-BENCHMARKS = "benchmarks.csv"
+CONFIG_FILE = "config.json"
 
 # Always in benchmarks.csv (when present), after the columns that vary across experiments: the steady-state
 # figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
@@ -32,15 +32,79 @@ KEY_METRICS = [
 _BOOKKEEPING_ARGUMENTS = {"output_dir", "results_json"}
 
 
-def write_row(folder: Path, row: dict[str, Any]) -> None:
+def write_row(folder: Path, row: dict[str, Any], root: Path | None = None) -> None:
+    """results.json of one experiment; with `root`, only when the folder resolves inside it."""
+    if root is not None:
+        ensure_inside(root, folder)
     write_atomic(folder / RESULTS_FILE, json.dumps(row, indent=2, sort_keys=True, default=str))
 
 
 def read_row(folder: Path) -> dict[str, Any] | None:
+    """The row in a folder's results.json; None when there is none or it is not a JSON object (a corrupt
+    file is treated as not done: the experiment runs again)."""
+    path = folder / RESULTS_FILE
     try:
-        return json.loads((folder / RESULTS_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        row = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        logger.warning("%s is unreadable (%s): treated as not done", path, exc)
+        return None
+    if not isinstance(row, dict):
+        logger.warning("%s holds a JSON %s, not a row: treated as not done", path, type(row).__name__)
+        return None
+    return row
+
+
+def _incomplete_row(folder: Path) -> dict[str, Any] | None:
+    """A launched experiment that left no row (its harness was killed): an error row from its config.json."""
+    if not (folder / "stdout.log").exists():
+        return None  # planned by a dry run, never launched
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    arguments = config.get("arguments") if isinstance(config.get("arguments"), dict) else {}
+    identity = {k: v for k, v in config.items() if k not in ("arguments", "argv", "framework_config_arguments")}
+    return {**flatten_arguments(arguments), **identity, "status": "error",
+            "error_messages": "no results.json: the run was stopped before this experiment finished (the harness "
+                              "was killed); it runs again on resume"}
+
+
+def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: bool = True) -> list[dict[str, Any]]:
+    """One row per experiment found in `output_dir`: its results.json (the newest, when several folders hold
+    the same experiment), or with `incomplete` an error row for a launched experiment that wrote none.
+
+    Rows of the folders named in `order` (the current matrix) come first, in that order; the rest by start
+    time. Nothing here depends on the run that asks: the CSVs can always be rebuilt from the folders alone.
+    """
+    found: dict[str, tuple[float, str, dict[str, Any]]] = {}
+    for folder in experiment_folders(output_dir):
+        row = read_row(folder)
+        stamp_file = folder / RESULTS_FILE
+        if row is None:
+            row = _incomplete_row(folder) if incomplete else None
+            stamp_file = folder / "stdout.log"
+        if row is None or not row.get("experiment_id"):
+            continue
+        try:
+            stamp = stamp_file.stat().st_mtime
+        except OSError:
+            stamp = 0.0
+        previous = found.get(row["experiment_id"])
+        if previous is None or stamp > previous[0]:
+            found[row["experiment_id"]] = (stamp, folder.name, row)
+    position = {name: i for i, name in enumerate(order or [])}
+
+    def sort_key(item: tuple[float, str, dict[str, Any]]):
+        stamp, name, row = item
+        start = row.get("experiment_start_unix")
+        start = start if isinstance(start, (int, float)) else stamp
+        return (position.get(name, len(position)), start, name)
+
+    return [row for _, _, row in sorted(found.values(), key=sort_key)]
 
 
 def flatten_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -76,10 +140,14 @@ def benchmarks_view(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[selected]
 
 
-def write_summaries(output_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
+def write_summaries(output_dir: Path, order: list[str] | None = None, incomplete: bool = True) -> pd.DataFrame:
+    """Rebuild raw_summary.csv and benchmarks.csv from every experiment folder in `output_dir`, atomically
+    (see `rows_on_disk`). With no experiment on disk, no CSV is written and an empty frame is returned."""
+    rows = rows_on_disk(output_dir, order, incomplete)
     frame = collect(rows)
-    write_atomic(output_dir / RAW_SUMMARY, frame.to_csv(index=False))
-    write_atomic(output_dir / BENCHMARKS, benchmarks_view(frame).to_csv(index=False))
+    if rows:
+        write_atomic(output_dir / RAW_SUMMARY, frame.to_csv(index=False))
+        write_atomic(output_dir / BENCHMARKS, benchmarks_view(frame).to_csv(index=False))
     return frame
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
@@ -10,10 +9,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from tunebench.lifetime import preexec_dying_with_parent
 from tunebench.telemetry.gpus import QUERY_TIMEOUT_S, GpuInfo
 from tunebench.telemetry.poll_log import POLL_FIELDS, empty_summary, parse_poll_text, summarize_poll_log
 
@@ -21,36 +20,6 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("nvidia-smi", "nvml")
 POLL_LOG_NAME = "nvidia_smi.csv"
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _die_with_parent_preexec() -> Callable[[], None]:
-    """A preexec_fn: own process group + SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG).
-
-    Own process group: a terminal Ctrl-C (SIGINT to the foreground group) does not hit the poller directly;
-    the harness stops it deliberately in __exit__ and signals the whole group. PDEATHSIG: if the harness
-    itself is SIGKILLed no finally-block runs, so the kernel must kill the poller. Note PDEATHSIG fires when
-    the *thread* that spawned the child exits: create the sidecar in a thread that outlives the experiment.
-    libc is resolved here, in the parent, so the child only makes two syscalls between fork and exec.
-    """
-    parent_pid = os.getpid()
-    prctl = None
-    if sys.platform.startswith("linux"):
-        try:
-            prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            logger.warning("prctl unavailable: the GPU poller will not die if the harness is SIGKILLed")
-    else:
-        logger.warning("not Linux: the GPU poller will not die automatically if the harness is SIGKILLed")
-
-    def preexec() -> None:
-        os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
@@ -130,7 +99,7 @@ class NvidiaSmiSidecar:
                 text=True,
                 timeout=self.query_timeout_s,
                 check=False,
-                preexec_fn=_die_with_parent_preexec(),
+                preexec_fn=preexec_dying_with_parent(new_session=False),
             )
         except subprocess.TimeoutExpired:
             self._fail(f"baseline query hung for more than {self.query_timeout_s:.0f} s")
@@ -175,7 +144,7 @@ class NvidiaSmiSidecar:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=self._stderr,
-                    preexec_fn=_die_with_parent_preexec(),
+                    preexec_fn=preexec_dying_with_parent(new_session=False),
                     close_fds=True,
                 )
             self.poller_pid = self._proc.pid

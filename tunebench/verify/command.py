@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -104,6 +105,27 @@ def verify(args) -> dict:
     }
 
 
+def input_problem(args) -> str | None:
+    """The first bad option, as one line naming it and the fix; None when every option is usable."""
+    from tunebench.experiment.models import resolve_model_source
+
+    if not (0 < args.tolerance < math.inf):
+        return f"--tolerance {args.tolerance}: must be a fraction > 0 (fix: e.g. --tolerance 0.03)"
+    for option in ("batch", "seq", "grad_accum", "steps"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            return f"--{option} {value}: must be >= 1"
+    if args.scan_step < 2 or args.steps < args.scan_step + 3:
+        return "needs --scan_step >= 2 and --steps >= scan_step + 3 (fix: e.g. --steps 16)"
+    try:
+        resolve_model_source(args.model)
+    except ValueError as exc:
+        return f"--model: {exc} (fix: a preset such as preset:llama-tiny, or a local folder with config.json)"
+    if not args.model.startswith("preset:") and not Path(args.model).is_dir():
+        return f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -117,14 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmark.py verify: --device cuda but no CUDA GPU is visible (fix: --device cpu)", file=sys.stderr)
         return 2
     args.model = args.model or ("preset:llama-3.2-1b" if args.cuda else "preset:llama-tiny")
+    problem = input_problem(args)
+    if problem:
+        print(f"benchmark.py verify: {problem}", file=sys.stderr)
+        return 2
     args.batch = args.batch or (8 if args.cuda else 2)
     args.seq = args.seq or (1024 if args.cuda else 64)
-    if args.scan_step < 2 or args.steps < args.scan_step + 3:
-        print("benchmark.py verify: needs --scan_step >= 2 and --steps >= scan_step + 3 (fix: e.g. --steps 16)",
-              file=sys.stderr)
-        return 2
     logging.basicConfig(level="WARNING")
-    result = verify(args)
+    try:
+        result = verify(args)
+    except torch.OutOfMemoryError as exc:
+        print(f"benchmark.py verify: out of memory with {args.model} (batch {args.batch}, sequence {args.seq}): "
+              f"{str(exc).splitlines()[0][:200]} (fix: a smaller --batch or --seq, --gradient_checkpointing, or "
+              "a GPU with more memory)", file=sys.stderr)
+        return 1
     print(f"scanner vs MemTracker, step {args.scan_step} of {args.model} ({result['device']}):")
     for row in result["categories"]:
         diff = "n/a" if row["difference"] is None else f"{100 * row['difference']:+.2f} %"

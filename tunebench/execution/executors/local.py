@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from tunebench.execution import launch
-from tunebench.execution.experiment_run import RunOptions, base_row, run_one
+from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one
 from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlaps
 from tunebench.matrix.expansion import Experiment
 
@@ -29,7 +29,7 @@ class LocalExecutor:
     def run(self, experiments: list[Experiment], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         cuda = experiments[0].device_type == "cuda"
-        slots = list(options.available_gpus) if cuda else list(range(options.cpu_slots or os.cpu_count() or 1))
+        slots = list(options.available_gpus) if cuda else list(range(cpu_slots(options)))
         jobs = [Job(i, e.num_gpus, exclusive=options.exclusive_timing or e.exclusive) for i, e in enumerate(experiments)]
         scheduler = Scheduler(jobs, SlotPool(slots), options.max_concurrent)
         if not cuda and options.max_concurrent > 1 and "OMP_NUM_THREADS" not in options.extra_env:
@@ -60,10 +60,11 @@ class LocalExecutor:
                     if preload_seconds is not None and row.get("startup_preloaded"):
                         row["startup_preload_seconds"] = preload_seconds
                     finished(key, row)
-        except BaseException:
+        except BaseException as exc:
             # Ctrl-C, or SIGTERM/SIGHUP turned into an exception by the CLI: the worker threads are blocked
-            # in their experiments' waits, so the driver ends every running group itself.
-            stopped = launch.stop_all()
+            # in their experiments' waits, so the driver ends every running group itself; each worker then
+            # writes its experiment's row as interrupted (tunebench.execution.experiment_run.run_one).
+            stopped = launch.stop_all(reason=launch.stop_description(exc))
             logger.warning("stopping: %d running experiment(s) killed", stopped)
             pool.shutdown(wait=True, cancel_futures=True)
             raise

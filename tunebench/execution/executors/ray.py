@@ -17,17 +17,22 @@ import io
 import logging
 import os
 import shutil
+import socket
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions, base_row, run_one
+from tunebench.execution.launch import stop_description
 from tunebench.execution.scheduling import overlaps
 from tunebench.matrix.expansion import Experiment
+from tunebench.results.summaries import write_row
 
 logger = logging.getLogger(__name__)
 
@@ -71,23 +76,54 @@ def _task(experiment: Experiment, options: RunOptions) -> tuple[dict[str, Any], 
 class RayExecutor:
     name = "ray"
 
+    def connect(self, address: str | None, timeout: float) -> None:
+        """Join the cluster at `address` (or start a local Ray when None) now. An unreachable cluster is an
+        InputError within `timeout` seconds: ray.init itself retries forever, so joining runs in a thread that
+        is abandoned (a daemon) when it has not answered in time."""
+        import ray
+
+        if ray.is_initialized():
+            return
+        where = address or "a new local Ray instance"
+        fix = ("start the cluster (ray start --head) and give its host:port; with token authentication the "
+               "driver needs the cluster's token (RAY_AUTH_MODE=token and ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+        if address and ":" in address and not address.startswith("ray://") and address != "auto":
+            host, _, port = address.rpartition(":")
+            try:  # a refused or unroutable address answers at once, before Ray's own retries
+                socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, 10.0)).close()
+            except (OSError, ValueError) as exc:
+                raise InputError([InputProblem("command line", "--ray_address", f"cannot reach {address}: "
+                                               f"{getattr(exc, 'strerror', None) or exc}", fix)]) from None
+        # Workers import tunebench: from this checkout on a local cluster; installed on remote nodes.
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p)}
+        outcome: dict[str, BaseException] = {}
+
+        def join() -> None:
+            try:
+                ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+
+        if not address:
+            # Starting a local Ray: in this (the main) thread, never a passing one. Ray's processes die with the
+            # thread that started them (parent-death signal), so a thread that ends would take the new instance.
+            join()
+        else:
+            thread = threading.Thread(target=join, name="ray-connect", daemon=True)
+            thread.start()
+            thread.join(timeout)
+        if address and thread.is_alive():
+            raise InputError([InputProblem("command line", "--ray_address", f"no answer from the Ray cluster at "
+                                           f"{where} within {timeout:g} s (--ray_connect_timeout)", fix)])
+        if "error" in outcome:
+            first = (str(outcome["error"]).strip().splitlines() or [type(outcome["error"]).__name__])[0][:300]
+            raise InputError([InputProblem("command line", "--ray_address", f"cannot join {where}: {first}", fix)])
+
     def run(self, experiments: list[Experiment], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         import ray
 
-        if not ray.is_initialized():
-            # Workers import tunebench: from this checkout on a local cluster; installed on remote nodes.
-            env = {"PYTHONPATH": os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p)}
-            try:
-                ray.init(address=options.ray_address, runtime_env={"env_vars": env}, log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                from tunebench.errors import InputError, InputProblem
-
-                where = options.ray_address or "a new local Ray instance"
-                raise InputError([InputProblem("command line", "--ray_address", f"cannot join {where}: "
-                                               f"{str(exc).strip().splitlines()[0][:300]}",
-                                               "start the cluster (ray start --head) and give its host:port; with "
-                                               "token authentication the driver needs the cluster's token")]) from None
+        self.connect(options.ray_address, options.ray_connect_timeout)
         largest = _largest_node(ray.nodes())
         remote = ray.remote(max_retries=0)(_task)
         pending: dict[Any, int] = {}
@@ -119,9 +155,20 @@ class RayExecutor:
                 if rows[index].get("concurrent_experiments") != overlaps(intervals, index):
                     rows[index]["concurrent_experiments"] = overlaps(intervals, index)
                     finished(index, rows[index])
-        except BaseException:
-            for ref in pending:
+        except BaseException as exc:
+            reason = stop_description(exc)
+            for ref, index in pending.items():
                 ray.cancel(ref, force=True)  # kills the worker; the experiment dies with it (PDEATHSIG)
+                experiment = experiments[index]
+                row = {**base_row(experiment, options), "status": "error", "executor": self.name,
+                       "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment "
+                                         "ran on Ray (its task was cancelled); it runs again on resume"}
+                folder = options.output_dir / experiment.folder_name
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    write_row(folder, row, root=options.output_dir)
+                except (OSError, ValueError) as error:
+                    logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
             raise
 
     def _collect(self, ref, experiment: Experiment, options: RunOptions, intervals, index: int) -> dict[str, Any]:

@@ -1,0 +1,185 @@
+"""A watchdog that outlives a killed harness by a moment and takes every process of its matrix with it.
+
+Parent-death signals chain process to parent (tunebench/lifetime.py), but not every process of a matrix is a
+child that tunebench starts: a local Ray instance's raylet, its agents and pooled workers are started by Ray
+and noticed their driver's death 2-12 s after a SIGKILL. This watchdog, a child of the harness with a
+parent-death signal of its own, knows the matrix's processes two ways, because neither alone is enough:
+
+* the harness's process tree, which it reads every quarter second (an orphan loses its parent link the moment
+  the harness dies, so the tree must be known before);
+* the run's token, which every process started by the run inherits in its environment (TUNEBENCH_MATRIX_TOKEN)
+  and which finds a process started after the last look. Ray's agents rename themselves (setproctitle), which
+  can overwrite the environment that /proc shows: the tree finds those.
+
+When the harness dies, however it dies, the watchdog freezes (SIGSTOP) everything it knows, adds the children
+of what it froze, and SIGKILLs them all. Started as a script (`python -I guardian.py TOKEN HARNESS_PID`): it
+imports nothing of tunebench and starts in milliseconds. A harness that ends normally tells it to leave quietly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "TUNEBENCH_MATRIX_TOKEN"
+_DEATH_SIGNAL = signal.SIGUSR2  # the kernel sends it when the harness dies (PR_SET_PDEATHSIG)
+_QUIET_SIGNAL = signal.SIGUSR1  # the harness ended normally: leave without sweeping
+# Seconds between two readings of the harness's process tree (~0.5 ms each with 70 processes): often while a
+# run starts its long-lived processes (Ray, the preload server), then rarely. What starts between two readings
+# either inherits the token or is the child of a process already known (found when the sweep freezes it).
+_LOOK_EVERY = (0.25, 1.0)
+_STARTING_SECONDS = 30.0
+# Sweep until nothing of the matrix has been seen for QUIET seconds (a process caught mid-fork appears a
+# moment later), and never longer than LIMIT.
+_QUIET_SECONDS = 1.0
+_LIMIT_SECONDS = 10.0
+
+
+def _processes() -> dict[int, tuple[int, bytes, bytes]]:
+    """pid -> (parent pid, start time, state) of every process, from /proc/<pid>/stat."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        table[int(entry)] = (int(fields[1]), fields[19], fields[0])  # ppid, starttime, state
+    return table
+
+
+def _descendants(roots: set[int], table: dict[int, tuple[int, bytes, bytes]]) -> dict[int, bytes]:
+    """Every live process below `roots` (roots excluded): pid -> start time (a recycled pid is not the same)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found: dict[int, bytes] = {}
+    pending = list(roots)
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found and table[child][2] not in (b"Z", b"X"):
+                found[child] = table[child][1]
+                pending.append(child)
+    return found
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return marker in handle.read()
+    except OSError:
+        return False
+
+
+def sweep(token: str, known: dict[int, bytes], spare: set[int]) -> int:
+    """Freeze and SIGKILL the known processes, their children and every token holder, until none has been seen
+    for _QUIET_SECONDS; returns how many were stopped."""
+    marker = f"{TOKEN_ENV}={token}".encode()
+    killed: set[int] = set()
+    started = last_seen = time.monotonic()
+    while time.monotonic() - last_seen < _QUIET_SECONDS and time.monotonic() - started < _LIMIT_SECONDS:
+        table = _processes()
+        alive = {pid for pid, begun in known.items() if pid in table and table[pid][1] == begun}
+        alive |= {pid for pid, (_, _, state) in table.items()
+                  if pid not in spare and state not in (b"Z", b"X") and _carries(pid, marker)}
+        alive -= spare
+        for pid in alive:  # frozen first: a stopped process starts nothing new while its children are found
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        alive |= set(_descendants(alive, _processes())) - spare
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= alive
+        known = {}
+        if alive:
+            last_seen = time.monotonic()
+        time.sleep(0.02)
+    return len(killed)
+
+
+def _watch(token: str, harness_pid: int) -> int:
+    import ctypes
+
+    state = {"sweep": False, "done": False}
+
+    def on_death(signum, frame):
+        state["sweep"] = state["done"] = True
+
+    def on_quiet(signum, frame):
+        state["done"] = True
+
+    def on_term(signum, frame):  # a group-wide SIGTERM: the harness stops its own experiments while it lives
+        if os.getppid() != harness_pid:
+            state["sweep"] = state["done"] = True
+
+    signal.signal(_DEATH_SIGNAL, on_death)
+    signal.signal(_QUIET_SIGNAL, on_quiet)
+    signal.signal(signal.SIGTERM, on_term)
+    for ignored in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C or hang-up is for the harness
+        signal.signal(ignored, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(_DEATH_SIGNAL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return 1
+    if os.getppid() != harness_pid:  # the harness died before the request took effect
+        state["sweep"] = state["done"] = True
+    own = {os.getpid(), harness_pid}
+    known: dict[int, bytes] = {}
+    began = time.monotonic()
+    while not state["done"]:
+        known.update(_descendants({harness_pid}, _processes()))
+        known.pop(os.getpid(), None)
+        # A signal's handler sets the state during the sleep, which then runs out (PEP 475): the sweep starts
+        # within one period of the harness's death.
+        time.sleep(_LOOK_EVERY[time.monotonic() - began > _STARTING_SECONDS])
+    if state["sweep"]:
+        count = sweep(token, known, spare=own)
+        if count:
+            print(f"tunebench watchdog: the harness (pid {harness_pid}) died; stopped {count} process(es) of its "
+                  "matrix", file=sys.stderr, flush=True)
+    return 0
+
+
+class Guardian:
+    """Context manager in the harness: sets the run's token and keeps the watchdog for the run's duration."""
+
+    def __init__(self):
+        self.token = uuid.uuid4().hex
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Guardian:
+        os.environ[TOKEN_ENV] = self.token  # inherited by everything the run starts from now on
+        if sys.platform.startswith("linux") and os.path.isdir("/proc"):
+            try:
+                self.process = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), self.token,
+                                                 str(os.getpid())], stdin=subprocess.DEVNULL, close_fds=True)
+            except OSError as exc:  # the parent-death chains still hold; only the Ray instance may linger
+                logger.warning("no matrix watchdog (%s): a SIGKILLed harness may leave Ray workers for seconds", exc)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(_QUIET_SIGNAL)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if os.environ.get(TOKEN_ENV) == self.token:
+            del os.environ[TOKEN_ENV]
+
+
+if __name__ == "__main__":
+    sys.exit(_watch(sys.argv[1], int(sys.argv[2])))
