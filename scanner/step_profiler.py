@@ -18,6 +18,7 @@ import torch
 
 from .collectives import summarise_trace
 from .kernels import attention_summary
+from .outputs import UMASK
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,12 @@ class StepProfiler:
         self.profiler.stop()
         if not write:
             return None, None, None
-        fd, tmp = tempfile.mkstemp(suffix=".json", prefix=".scan-trace-")
+        # The trace is exported beside its destination (os.replace cannot cross filesystems); with no
+        # destination, into the system's temp folder, read and removed.
+        folder = os.path.dirname(os.path.abspath(self.trace_path)) if self.trace_path else None
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".json", prefix=".scan-trace-", dir=folder)
         os.close(fd)
         try:
             self.profiler.export_chrome_trace(tmp)
@@ -48,7 +54,7 @@ class StepProfiler:
                 trace: dict[str, Any] = json.load(handle)
             written = None
             if self.trace_path:
-                os.makedirs(os.path.dirname(os.path.abspath(self.trace_path)), exist_ok=True)
+                os.chmod(tmp, 0o666 & ~UMASK)
                 os.replace(tmp, self.trace_path)
                 written = self.trace_path
         finally:

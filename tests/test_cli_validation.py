@@ -25,7 +25,7 @@ def run_cli(tmp_path, capsys, *extra, **inputs):
     ({"scenarios": [tiny_scenario(model_name_or_path=["preset:llama-huge"])]}, [], "unknown preset 'preset:llama-huge'"),
     ({"scenarios": [tiny_scenario(max_length=128)]}, [], "use max_seq_len"),
     ({"scenarios": [tiny_scenario(max_steps=3, scan_steps="5")]}, [], "scan_steps 5 ends after max_steps 3"),
-    ({"scenarios": [tiny_scenario(scan_steps="4", scan_time_steps="3-6")]}, [], "scan_time_steps 3-6 overlaps scan_steps 4"),
+    ({"scenarios": [tiny_scenario(scan_steps="4", scan_time_steps="3-6")]}, [], "scan_time_steps 3-6: Scanner(time_steps=...): 3-6 overlaps the memory-scanned steps 4-4"),
     ({"scenarios": [tiny_scenario()]}, ["--packing_matrix", "maybe"], "expected true/false values"),
     ({"scenarios": [tiny_scenario()]}, ["--run_only_scenarios", "nope"], "no scenario 'nope'"),
 ])
@@ -65,7 +65,7 @@ def test_dry_run_writes_command_sh_and_runs_nothing(tmp_path, capsys):
     folders = sorted(p for p in out_dir.iterdir() if p.is_dir())
     assert len(folders) == 2
     for folder in folders:
-        assert (folder / "command.sh").is_file() and (folder / "config.json").is_file()
+        assert (folder / "command.sh").is_file() and (folder / "spec.json").is_file()
         assert not (folder / "results.json").exists() and not (folder / "stdout.log").exists()
     assert not (out_dir / "raw_summary.csv").exists()
     # On CPU two processes go through torchrun (gloo); on GPUs through `accelerate launch`.

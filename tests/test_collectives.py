@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from scanner.collectives import flat_collectives, summarise_trace
-from tunebench.execution.launch import LaunchSpec, free_port, run_process
+from tunebench.execution.launchers.base import LaunchCommand, free_port
+from tunebench.execution.launchers.python import PythonLauncher
+from tunebench.execution.processes import run_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -17,8 +19,9 @@ def run_workers(mode: str, out_dir: Path) -> tuple[dict, list[dict]]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), str(REPO / "tests/dist/collectives_worker.py"), mode, str(out_dir)]
-    spec = LaunchSpec(cmd, env, {}, str(REPO))
-    outcome = run_process(spec, out_dir / "stdout.log", out_dir / "stderr.log", timeout_seconds=300)
+    command = LaunchCommand(cmd, env, {}, str(REPO), [])
+    outcome = run_process(PythonLauncher(), command, out_dir / "stdout.log", out_dir / "stderr.log",
+                          timeout_seconds=300)
     assert outcome.returncode == 0 and not outcome.timed_out, (out_dir / "stderr.log").read_text()[-4000:]
     expected = json.loads((out_dir / "expected.json").read_text())
     reports = [json.loads((out_dir / f"scan.rank{r}.json").read_text()) for r in (0, 1)]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tunebench.experiment.arguments import StrictArgumentParser
+from tunebench.experiment.entry_parser import entry_parser
 from tunebench.results import columns
 from tunebench.results import compare_rules as rules
 
@@ -24,7 +24,7 @@ PRODUCED = REFERENCES + [
 
 @pytest.fixture(scope="module")
 def arguments() -> set[str]:
-    return StrictArgumentParser().known_keys()
+    return entry_parser().known_keys()
 
 
 @pytest.mark.parametrize("csv", PRODUCED, ids=lambda p: str(p.relative_to(REPO)))

@@ -11,8 +11,7 @@ from tunebench.execution.experiment_run import skip_reason
 from tunebench.experiment.arguments import DataArguments
 from tunebench.experiment.data import prepare_dataset, synthetic_lengths
 from tunebench.experiment.models import PRESETS, build_tokenizer, load_config, resolve_model_source
-from tunebench.matrix.expansion import Experiment
-from tunebench.matrix.inputs import FrameworkConfig
+from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 
 
 @pytest.fixture
@@ -65,10 +64,10 @@ def test_every_preset_resolves_offline_and_cannot_be_a_hub_id():
 
 
 def test_experiments_needing_absent_gpus_are_skipped_with_reason():
-    exp = Experiment("s", FrameworkConfig("none"), 2, "cuda", {"model_name_or_path": "preset:llama-tiny"})
+    exp = ExperimentSpec("s", FrameworkConfig("none"), 2, "cuda", {"model_name_or_path": "preset:llama-tiny"})
     assert skip_reason(exp, available_gpus=1) == "needs 2 GPU(s), this machine has 1"
     assert skip_reason(exp, available_gpus=2) is None
-    fsdp = Experiment("s", FrameworkConfig("fsdp2", {"fsdp": "full_shard"}, min_gpus=2), 1, "cuda",
+    fsdp = ExperimentSpec("s", FrameworkConfig("fsdp2", {"fsdp": "full_shard"}, min_gpus=2), 1, "cuda",
                       {"model_name_or_path": "preset:llama-tiny", "fsdp": "full_shard"})
     assert "needs at least 2 processes" in skip_reason(fsdp, available_gpus=8)
 

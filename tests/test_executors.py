@@ -14,8 +14,10 @@ from harness_fixtures import REPO, TINY_DEFAULTS, tiny_scenario, write_inputs
 
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
+from tunebench.experiment.spec import BASELINE, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
-from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
+from tunebench.matrix.inputs import Scenario
+from tunebench.matrix.validation import typed
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +38,7 @@ def matrix():
     experiments = expand(one, FCS, dict(TINY_DEFAULTS), {}, Matrices([1]), "cpu", {}, problems)
     experiments += expand([scenario("ddp", "ddp")], FCS, dict(TINY_DEFAULTS), {}, Matrices([2]), "cpu", {}, problems)
     assert not problems
-    return experiments
+    return typed(experiments)
 
 
 def run(out: Path, **options):

@@ -1,4 +1,5 @@
-"""Unit tests: failure classification, command.sh quoting, argv round trip, process-group killing."""
+"""Unit tests: failure classification, command.sh quoting, the one parse of the arguments, the launchers,
+process-group killing."""
 
 import json
 import os
@@ -9,10 +10,13 @@ import time
 from pathlib import Path
 
 from tunebench.execution.failures import classify, last_traceback
-from tunebench.execution.launch import LaunchSpec, build_launch, command_script, run_process, to_argv
-from tunebench.experiment.arguments import StrictArgumentParser
-from tunebench.matrix.expansion import Experiment
-from tunebench.matrix.inputs import FrameworkConfig
+from tunebench.execution.launchers import choose, command_script
+from tunebench.execution.launchers.base import LaunchCommand
+from tunebench.execution.launchers.python import PythonLauncher
+from tunebench.execution.processes import run_process
+from tunebench.experiment.entry_parser import build_entry, entry_parser
+from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig, read_entry
+from tunebench.matrix.validation import typed
 
 RANK_OOM = """noise
 [rank1]: Traceback (most recent call last):
@@ -40,75 +44,84 @@ def test_classify_timeout_signal_and_rank_error_files(tmp_path):
     assert classify(1, False, "", tmp_path) == ("oom", "[rank1] OOM!")
 
 
-def test_argv_round_trips_through_the_entry_parser():
+def test_arguments_are_typed_once_and_rebuilt_without_parsing():
     args = {"output_dir": "/tmp/x y", "target_modules": ["q_proj", "v_proj"], "packing": False, "max_steps": 3,
-            "learning_rate": 2e-5, "use_cpu": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}, "peft_method": "lora"}
-    parsed = StrictArgumentParser().parse_argv(to_argv(args))
-    peft, training = parsed[2], parsed[4]
+            "learning_rate": "2e-5", "use_cpu": True, "gradient_checkpointing_kwargs": {"use_reentrant": False},
+            "peft_method": "lora", "per_device_train_batch_size": 4}
+    values = entry_parser().typed_values(args)
+    assert values["training"]["learning_rate"] == 2e-5  # YAML's `2e-5` is a string until this one parse
+    assert values["training"]["per_device_train_batch_size"] == 4 and values["peft"]["target_modules"] == ["q_proj", "v_proj"]
+    built = build_entry(json.loads(json.dumps(values)))  # what the child does: spec.json → objects
+    peft, training = built[2], built[4]
     assert peft.target_modules == ["q_proj", "v_proj"] and training.packing is False
-    assert training.max_steps == 3 and training.learning_rate == 2e-5
-    assert training.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert training.max_steps == 3 and training.learning_rate == 2e-5 and training.per_device_train_batch_size == 4
+    kwargs = getattr(training, "activation_checkpointing_kwargs", None) or training.gradient_checkpointing_kwargs
+    assert kwargs == {"use_reentrant": False}
 
 
 def test_command_sh_is_exactly_quoted(tmp_path):
     nasty = "it's a \"test\" $HOME `id` ; rm -rf /"
-    spec = LaunchSpec(argv=[sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", nasty, "a b"],
-                      env={}, repro_env={"CUDA_VISIBLE_DEVICES": "", "WEIRD": "x y'z"}, cwd=str(tmp_path))
+    command = LaunchCommand(argv=[sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", nasty,
+                                  "a b"], env={}, repro_env={"CUDA_VISIBLE_DEVICES": "", "WEIRD": "x y'z"},
+                            cwd=str(tmp_path), entry_argv=[])
     script = tmp_path / "command.sh"
-    script.write_text(command_script(spec))
+    script.write_text(command_script(command))
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [nasty, "a b"]
 
 
-def test_build_launch_single_and_multi_process(tmp_path):
-    exp = Experiment("s", FrameworkConfig("none"), 1, "cpu", {"model_name_or_path": "preset:llama-tiny", "max_steps": 2})
-    spec = build_launch(exp, tmp_path, [], None)
-    assert spec.argv[:3] == [sys.executable, "-m", "tunebench.experiment.train"]
-    assert "--use_cpu" in spec.argv and spec.repro_env["CUDA_VISIBLE_DEVICES"] == ""
+def _spec(num_gpus, device, framework="none", **arguments):
+    fc = FrameworkConfig(framework, {}, min_gpus=1)
+    return typed([ExperimentSpec("s", fc, num_gpus, device, {"model_name_or_path": "preset:llama-tiny", **arguments})])[0]
+
+
+def test_launchers_single_and_multi_process(tmp_path):
+    spec = _spec(1, "cpu", max_steps=10)
+    launcher = choose(spec, preload=False, accelerate_config=None)
+    command = launcher.command(spec, tmp_path / "spec.json", [], {})
+    assert launcher.name == "python" and command.argv[1:] == ["-m", "tunebench.experiment.train", "--spec",
+                                                               str((tmp_path / "spec.json").resolve())]
+    assert command.repro_env["CUDA_VISIBLE_DEVICES"] == ""
     repo = str(Path(__file__).resolve().parents[1])
-    assert spec.repro_env["PYTHONPATH"].split(os.pathsep)[0] == repo  # the child imports this checkout's tunebench
+    assert command.repro_env["PYTHONPATH"].split(os.pathsep)[0] == repo  # the child imports this checkout's tunebench
     from tunebench.telemetry.environment import git_sha
 
     assert git_sha() is not None  # found this checkout's .git
-    multi = Experiment("s", FrameworkConfig("ddp"), 2, "cuda", {"model_name_or_path": "preset:llama-tiny"})
-    spec = build_launch(multi, tmp_path, [2, 3], "accelerate.yaml")
-    assert spec.argv[1:3] == ["-m", "accelerate.commands.launch"]
-    assert spec.argv[spec.argv.index("--num_processes") + 1] == "2"
-    assert int(spec.argv[spec.argv.index("--main_process_port") + 1]) > 0
-    assert spec.repro_env["CUDA_VISIBLE_DEVICES"] == "2,3" and spec.repro_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert choose(spec, preload=True, accelerate_config=None).name == "forkserver"
+    multi = _spec(2, "cuda")
+    launcher = choose(multi, preload=True, accelerate_config="accelerate.yaml")
+    command = launcher.command(multi, tmp_path / "spec.json", [2, 3], {})
+    assert launcher.name == "accelerate" and command.argv[1:3] == ["-m", "accelerate.commands.launch"]
+    assert command.argv[command.argv.index("--num_processes") + 1] == "2"
+    assert int(command.argv[command.argv.index("--main_process_port") + 1]) > 0
+    assert command.repro_env["CUDA_VISIBLE_DEVICES"] == "2,3" and command.repro_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
-LORA_ARGS = {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", "r": 8, "lora_alpha": 16,
-             "target_modules": ["q_proj", "v_proj"], "debug": "underflow_overflow"}
+LORA_ARGS = {"peft_method": "lora", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"],
+             "debug": "underflow_overflow"}
 
 
-def _entry_args_after_launcher(script_args: list[str]) -> tuple:
-    """What tunebench.experiment.train does with the arguments a launcher hands it (argparse keeps or drops the `--`
-    separator depending on the Python version; the entry accepts both)."""
-    return StrictArgumentParser().parse_argv(script_args[1:] if script_args[:1] == ["--"] else script_args)
-
-
-def test_launchers_hand_every_training_argument_to_the_entry(tmp_path):
-    # LoRA's `--r` is an ambiguous abbreviation for torchrun's parser (--rdzv-*, --role, --run-path) and
-    # `--debug` is one of accelerate's own options: both must reach the training entry untouched.
+def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(tmp_path):
+    # LoRA's `--r` was an ambiguous abbreviation for torchrun's parser and `--debug` one of accelerate's own
+    # options: now no training argument is on the launcher's command line at all, only the spec's path.
     from accelerate.commands.launch import launch_command_parser
     from torch.distributed.run import get_args_parser
 
-    cpu = build_launch(Experiment("s", FrameworkConfig("none"), 2, "cpu", dict(LORA_ARGS)), tmp_path, [], None)
-    assert cpu.argv[1:3] == ["-m", "torch.distributed.run"]
-    torchrun = get_args_parser().parse_args(cpu.argv[3:])
+    cpu = _spec(2, "cpu", **LORA_ARGS)
+    command = choose(cpu, preload=True, accelerate_config=None).command(cpu, tmp_path / "spec.json", [], {})
+    assert command.argv[1:3] == ["-m", "torch.distributed.run"]
+    torchrun = get_args_parser().parse_args(command.argv[3:])
     assert torchrun.module and torchrun.training_script == "tunebench.experiment.train"
-    peft = _entry_args_after_launcher(torchrun.training_script_args)[2]
+    assert torchrun.training_script_args == ["--spec", str((tmp_path / "spec.json").resolve())]
+    cpu.write(tmp_path, command.argv)
+    peft = build_entry(read_entry(tmp_path / "spec.json"))[2]
     assert peft.r == 8 and peft.target_modules == ["q_proj", "v_proj"]
 
-    gpu = build_launch(Experiment("s", FrameworkConfig("ddp"), 2, "cuda", dict(LORA_ARGS)), tmp_path, [0, 1],
-                       "accelerate.yaml")
-    launch = launch_command_parser().parse_args(gpu.argv[3:])
+    gpu = _spec(2, "cuda", **LORA_ARGS)
+    command = choose(gpu, preload=True, accelerate_config="accelerate.yaml").command(gpu, tmp_path / "g.json", [0, 1], {})
+    launch = launch_command_parser().parse_args(command.argv[3:])
     assert not launch.debug and launch.training_script == "tunebench.experiment.train"
-    script_args = launch.training_script_args
-    script_args = script_args[1:] if script_args[:1] == ["--"] else script_args
-    assert script_args[script_args.index("--r") + 1] == "8"
-    assert script_args[script_args.index("--debug") + 1] == "underflow_overflow"
+    assert launch.training_script_args == ["--spec", str((tmp_path / "g.json").resolve())]
 
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
@@ -117,9 +130,9 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
             "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)']); "
             "open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(60)")
     pid_file = tmp_path / "grandchild.pid"
-    spec = LaunchSpec([sys.executable, "-c", code, str(pid_file)], dict(os.environ), {}, str(tmp_path))
+    command = LaunchCommand([sys.executable, "-c", code, str(pid_file)], dict(os.environ), {}, str(tmp_path), [])
     start = time.monotonic()
-    outcome = run_process(spec, tmp_path / "out", tmp_path / "err", timeout_seconds=2)
+    outcome = run_process(PythonLauncher(), command, tmp_path / "out", tmp_path / "err", timeout_seconds=2)
     assert outcome.timed_out and time.monotonic() - start < 30
     assert not process_alive(int(pid_file.read_text()))
 

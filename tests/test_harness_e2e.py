@@ -87,7 +87,8 @@ def test_steady_state_columns_agree_with_the_per_step_times(first_run):
         assert row["scan_time_source"] == "time_window" and row["scan_time_window"] == "4-10"
         chosen = steps[int(row["scan_time_step_chosen"]) - 1]
         assert row["scan_time_step_vs_median"] == pytest.approx(row["scan_time_step"] / median - 1)
-        assert abs(row["scan_time_step"] - chosen["seconds"]) < 0.25 * chosen["seconds"]  # two clocks, one step
+        # two clocks, one step: their marks are taken by two callbacks back to back (preemption-prone under load)
+        assert abs(row["scan_time_step"] - chosen["seconds"]) < 0.25 * chosen["seconds"] + 0.1
         assert row["scan_attention_backend"] == "flash" and row["attn_implementation_used"] == "sdpa"
         assert pd.isna(row["steady_mfu"])  # CPU: no peak FLOP/s to divide by
         stages = [row[c] for c in ("startup_imports_seconds", "startup_data_seconds", "startup_model_seconds",
@@ -100,7 +101,7 @@ def test_steady_state_columns_agree_with_the_per_step_times(first_run):
 def test_experiment_folder_has_logs_config_and_runnable_repro(first_run):
     _, _, out, _ = first_run
     folder = next(out.glob("fixed-len_*"))
-    for name in ("stdout.log", "stderr.log", "command.sh", "config.json", "results.json"):
+    for name in ("stdout.log", "stderr.log", "command.sh", "spec.json", "results.json"):
         assert (folder / name).is_file(), name
     assert "tunebench.experiment.train" in (folder / "command.sh").read_text()
 

@@ -33,22 +33,22 @@ def _is_type_checking(node: ast.AST) -> bool:
     )
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node that can execute: `if TYPE_CHECKING:` blocks are skipped (annotations only, never run)."""
+def _runtime_nodes(tree: ast.AST, type_checking: bool = False):
+    """Every node that can execute; `if TYPE_CHECKING:` blocks (annotations only, never run) only when asked."""
     pending = [tree]
     while pending:
         node = pending.pop()
         yield node
-        pending.extend(child for child in ast.iter_child_nodes(node) if not _is_type_checking(child))
+        pending.extend(child for child in ast.iter_child_nodes(node) if type_checking or not _is_type_checking(child))
 
 
-def _imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+def _imports(path: Path, name: str, known: dict[str, Path], type_checking: bool = False) -> set[str]:
     """Known modules that `name` imports anywhere in its file (function-level imports too: a lazy import
     hides a cycle, it does not remove it)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _runtime_nodes(tree):
+    for node in _runtime_nodes(tree, type_checking):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -135,6 +135,42 @@ def test_no_import_cycles(folder):
         modules = {path.stem: path for path in modules.values()}
     cycles = _cycles(_graph(modules))
     assert cycles == [], f"import cycles in {folder}/: {cycles}"
+
+
+# tunebench's layers, top to bottom, as the data flows (README "Data flow"): a module imports only from its own
+# layer or the ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design
+# that points up). Root modules (errors, fileio, lifetime) are the base.
+LAYERS = ("cli", "matrix", "execution", "planning", "verify", "results", "experiment", "telemetry", "base")
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "base"
+
+
+def _upward(modules: dict[str, Path], type_checking: bool = True) -> list[tuple[str, str]]:
+    """(module, imported module) pairs where the import goes to a higher layer."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    found = []
+    for name, path in modules.items():
+        for target in _imports(path, name, modules, type_checking=type_checking):
+            if rank[_layer(target)] < rank[_layer(name)]:
+                found.append((name, target))
+    return sorted(found)
+
+
+def test_layer_check_finds_a_planted_upward_import(tmp_path):
+    pkg = tmp_path / "tunebench" / "results"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text('"""x."""\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tunebench.cli import main\n')
+    (tmp_path / "tunebench" / "cli.py").write_text('"""cli."""\n')
+    known = {"tunebench.results.x": pkg / "x.py", "tunebench.cli": tmp_path / "tunebench" / "cli.py"}
+    assert _upward(known) == [("tunebench.results.x", "tunebench.cli")]
+    assert _upward(known, type_checking=False) == []
+
+
+def test_layers_import_only_downward():
+    assert _upward(_modules("tunebench")) == []
 
 
 def test_scanner_stands_alone():

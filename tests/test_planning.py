@@ -111,7 +111,7 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
         assert row["pred_mem_params"] == row["scan_mem_params"] and row["pred_mem_optimizer"] == row["scan_mem_optimizer"]
         assert abs(row["pred_error_activations"]) < 0.05, (name, row["pred_mem_activations"], row["scan_mem_activations"])
     assert frame.loc["full", "pred_fits"] in (True, "True")
-    from tunebench.experiment.arguments import StrictArgumentParser
+    from tunebench.experiment.entry_parser import entry_parser
     from tunebench.results.columns import undeclared
 
-    assert undeclared(frame.reset_index().columns, StrictArgumentParser().known_keys()) == []
+    assert undeclared(frame.reset_index().columns, entry_parser().known_keys()) == []

@@ -13,8 +13,10 @@ from harness_fixtures import REPO, TINY_DEFAULTS
 
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
+from tunebench.experiment.spec import BASELINE, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
-from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
+from tunebench.matrix.inputs import Scenario
+from tunebench.matrix.validation import typed
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -32,7 +34,7 @@ def experiments(device="cpu", **extra):
     found = expand(scenarios, {BASELINE: FrameworkConfig(BASELINE)}, dict(TINY_DEFAULTS), {}, Matrices([1]), device,
                    {}, problems)
     assert not problems
-    return found
+    return typed(found)
 
 
 @pytest.fixture
@@ -69,8 +71,8 @@ def test_gpu_experiments_get_the_gpus_ray_assigned(tmp_path, cache):
     from tunebench.execution.executors.ray import RayExecutor
     from tunebench.execution.progress import MatrixProgress
 
-    planned = expand([Scenario(f"g{i}", [None], {"model_name_or_path": ["preset:llama-tiny"]}) for i in range(2)],
-                     {BASELINE: FrameworkConfig(BASELINE)}, dict(TINY_DEFAULTS), {}, Matrices([2]), "cuda", {}, [])
+    planned = typed(expand([Scenario(f"g{i}", [None], {"model_name_or_path": ["preset:llama-tiny"]}) for i in range(2)],
+                           {BASELINE: FrameworkConfig(BASELINE)}, dict(TINY_DEFAULTS), {}, Matrices([2]), "cuda", {}, []))
     rows = {}
     try:
         ray.init(num_cpus=4, num_gpus=4, runtime_env=RUNTIME_ENV, log_to_driver=False)
@@ -122,7 +124,7 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
 
 def test_readme_ray_commands(tmp_path, cache):
     """The README's cluster recipe for real: `ray start --head`, then the harness joins it by address."""
-    from tunebench.execution.launch import free_port
+    from tunebench.execution.launchers.base import free_port
 
     port = str(free_port())
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]

@@ -49,13 +49,12 @@ def test_a_scenario_named_to_escape_stays_inside(tmp_path, capsys):
 
 def test_writes_through_a_planted_link_are_refused(tmp_path, capsys):
     from tunebench.execution.experiment_run import RunOptions, run_one
-    from tunebench.matrix.expansion import Experiment
-    from tunebench.matrix.inputs import FrameworkConfig
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     out.mkdir()
     elsewhere.mkdir()
-    experiment = Experiment("s", FrameworkConfig("none"), 1, "cpu", {"model_name_or_path": "preset:llama-tiny"})
+    experiment = ExperimentSpec("s", FrameworkConfig("none"), 1, "cpu", {"model_name_or_path": "preset:llama-tiny"})
     (out / experiment.folder_name).symlink_to(elsewhere, target_is_directory=True)
     row = run_one(experiment, [], RunOptions(output_dir=out, dry_run=True))
     assert row["status"] == "error" and "outside" in row["error_messages"] and not list(elsewhere.iterdir())
@@ -105,16 +104,16 @@ def test_overwrite_removes_only_recognised_experiment_folders(tmp_path):
     (outside / "precious.txt").write_text("x")
     ours = root / "full_0123456789ab"
     (ours / "trainer_output").mkdir(parents=True)
-    (ours / "config.json").write_text(json.dumps({"experiment_id": "0123456789ab", "scenario": "full"}))
+    (ours / "spec.json").write_text(json.dumps({"experiment_id": "0123456789ab", "scenario": "full"}))
     (ours / "results.json").write_text("{}")
     (ours / "trainer_output" / "ckpt.bin").write_text("x")
     annotated = root / "lora_aaaaaaaaaaaa"
     annotated.mkdir()
-    (annotated / "config.json").write_text(json.dumps({"experiment_id": "aaaaaaaaaaaa"}))
+    (annotated / "config.json").write_text(json.dumps({"experiment_id": "aaaaaaaaaaaa"}))  # an earlier version's
     (annotated / "my-notes.md").write_text("mine")
-    lookalike = root / "lora_bbbbbbbbbbbb"  # named like one, but its config.json says otherwise
+    lookalike = root / "lora_bbbbbbbbbbbb"  # named like one, but its spec.json says otherwise
     lookalike.mkdir()
-    (lookalike / "config.json").write_text(json.dumps({"experiment_id": "cccccccccccc"}))
+    (lookalike / "spec.json").write_text(json.dumps({"experiment_id": "cccccccccccc"}))
     (root / "link_0123456789ab").symlink_to(outside, target_is_directory=True)
     (root / "raw_summary.csv").write_text("a\n")
     (root / "user.txt").write_text("mine")
@@ -122,14 +121,14 @@ def test_overwrite_removes_only_recognised_experiment_folders(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["link_0123456789ab", "lora_aaaaaaaaaaaa", "lora_bbbbbbbbbbbb",
                                                       "user.txt"]
     assert sorted(p.name for p in annotated.iterdir()) == ["my-notes.md"]
-    assert (outside / "precious.txt").is_file() and (lookalike / "config.json").is_file()
+    assert (outside / "precious.txt").is_file() and (lookalike / "spec.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------------ rows on disk
 def _experiment(root, name, eid, **row):
     folder = root / f"{name}_{eid}"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"experiment_id": eid, "scenario": name,
+    (folder / "spec.json").write_text(json.dumps({"experiment_id": eid, "scenario": name,
                                                     "arguments": {"max_steps": 3}}))
     if row:
         (folder / "results.json").write_text(json.dumps({"experiment_id": eid, "scenario": name, **row}))
@@ -149,7 +148,7 @@ def test_csvs_are_the_union_of_the_folders_on_disk(tmp_path):
     frame = summaries.write_summaries(root, order=["b_bbbbbbbbbbbb"])
     assert list(frame["scenario"]) == ["b", "a", "k"]  # this matrix first, then by start time
     assert list(frame["status"]) == ["ok", "ok", "error"] and "no results.json" in frame["error_messages"][2]
-    assert frame["max_steps"][2] == 3  # from the experiment's own config.json
+    assert frame["max_steps"][2] == 3  # from the experiment's own spec.json
     assert list(pd.read_csv(root / "raw_summary.csv")["scenario"]) == ["b", "a", "k"]
     assert summaries.write_summaries(root, incomplete=False)["scenario"].tolist() == ["a", "b"]
 
@@ -306,11 +305,11 @@ def test_logs_planted_as_links_are_replaced_not_written_through(tmp_path):
 def test_more_processes_than_cpu_slots_is_skipped_not_a_crash(tmp_path):
     from tunebench.execution.experiment_run import RunOptions
     from tunebench.execution.runner import run_matrix
-    from tunebench.matrix.expansion import Experiment
-    from tunebench.matrix.inputs import FrameworkConfig
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
 
-    experiment = Experiment("wide", FrameworkConfig("none"), 64, "cpu", {"model_name_or_path": "preset:llama-tiny"})
-    rows = run_matrix([experiment], RunOptions(output_dir=tmp_path, cpu_slots=2))
+    experiment = ExperimentSpec("wide", FrameworkConfig("none"), 64, "cpu", {"model_name_or_path": "preset:llama-tiny"})
+    rows = run_matrix(typed([experiment]), RunOptions(output_dir=tmp_path, cpu_slots=2))
     assert rows[0]["status"] == "skipped" and "needs 64 processes" in rows[0]["error_messages"]
 
 

@@ -19,7 +19,12 @@ def test_verify_on_cpu_agrees_with_memtracker(tmp_path, capsys, extra):
     for exact in ("params", "buffers", "optimizer"):
         assert by[exact]["scanner_bytes"] == by[exact]["memtracker_bytes"], exact
     assert abs(by["activations"]["difference"]) < 0.03
-    assert abs(result["reported_step_vs_median"]) < 0.5 and len(result["step_seconds"]) == 16
+    # The scanner's reported step and the step timer's time of that same step: two clocks around one step (their
+    # marks are taken by two callbacks back to back, so a busy machine can preempt between them: a relative and
+    # an absolute slack). A step far from the run's median is reported by reported_step_vs_median, not failed.
+    assert len(result["step_seconds"]) == 16 and result["reported_step_vs_median"] is not None
+    timer_seconds = result["step_seconds"][int(result["reported_step"]) - 1]
+    assert abs(result["reported_step_seconds"] - timer_seconds) < 0.25 * timer_seconds + 0.1
     assert "scanner vs MemTracker" in printed and "activations" in printed
 
 

@@ -38,6 +38,7 @@ def main() -> int:
     from tunebench.execution.runner import run_matrix
     from tunebench.matrix.expansion import Matrices, expand
     from tunebench.matrix.inputs import Scenario, load_defaults, load_framework_configs
+    from tunebench.matrix.validation import typed
 
     problems: list = []
     defaults = load_defaults(REPO / "defaults.yaml", problems)
@@ -47,6 +48,7 @@ def main() -> int:
     experiments += expand([Scenario("two", ["ddp"], common)], configs, defaults, {}, Matrices([2]), a.device, {},
                           problems)
     assert not problems, problems
+    experiments = typed(experiments, cuda_here=not cpu)
     gpus = [] if cpu else [0, 1]
     rows = run_matrix(experiments, RunOptions(output_dir=out / "results", max_concurrent=2, cpu_slots=2,
                                               available_gpus=gpus, resume=False, timeout_seconds=1800))

@@ -1,9 +1,8 @@
-"""One experiment, start to row: its folder, command.sh and config.json, the launch, the sidecar, the row."""
+"""One experiment, start to row: its folder, spec.json and command.sh, the launch, the sidecar, the row."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -12,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.execution.failures import classify
-from tunebench.execution.launch import build_launch, command_script, run_process, stop_reason
+from tunebench.execution.launchers import choose, command_script
+from tunebench.execution.processes import run_process, stop_reason
+from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
-from tunebench.matrix.expansion import Experiment
 from tunebench.results import summaries as results
-from tunebench.telemetry.steady_energy import steady_energy_columns
+from tunebench.results.prediction_errors import error_columns
+from tunebench.telemetry.trackers import NvidiaSidecarTracker, SidecarSettings
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def cpu_slots(options: RunOptions) -> int:
     return options.cpu_slots or os.cpu_count() or 1
 
 
-def skip_reason(experiment: Experiment, available_gpus: int, slots: int | None = None) -> str | None:
+def skip_reason(experiment: ExperimentSpec, available_gpus: int, slots: int | None = None) -> str | None:
     fc = experiment.framework_config
     if experiment.device_type == "cpu" and slots is not None and experiment.num_gpus > slots:
         return (f"needs {experiment.num_gpus} processes, this machine has {slots} CPU slot(s) (--cpu_slots raises "
@@ -64,7 +65,7 @@ def skip_reason(experiment: Experiment, available_gpus: int, slots: int | None =
     return None
 
 
-def base_row(experiment: Experiment, options: RunOptions | None = None) -> dict[str, Any]:
+def base_row(experiment: ExperimentSpec, options: RunOptions | None = None) -> dict[str, Any]:
     """Arguments, identity and (when planned) the memory prediction: what every row has, failed ones too."""
     predicted = options.predictions.get(experiment.experiment_id, {}) if options is not None else {}
     return {**results.flatten_arguments(experiment.arguments), **predicted, **experiment.describe()}
@@ -87,21 +88,16 @@ def _clear_previous_attempt(folder: Path) -> None:
     shutil.rmtree(folder / "trainer_output", ignore_errors=True)
 
 
-def _sidecar(experiment: Experiment, gpu_ids: list[int], folder: Path, options: RunOptions):
-    if not (options.log_nvidia_smi and experiment.device_type == "cuda"):
-        return contextlib.nullcontext(None)
-    from tunebench.telemetry.gpus import query_gpus, resolve_visible_gpus
-    from tunebench.telemetry.sidecar import NvidiaSmiSidecar
-
-    try:
-        gpus = resolve_visible_gpus(",".join(map(str, gpu_ids)), query_gpus())
-    except ValueError as exc:  # the sidecar is an observer: it never stops the matrix
-        logger.warning("nvidia-smi sidecar disabled for %s: %s", folder.name, exc)
-        return contextlib.nullcontext(None)
-    return NvidiaSmiSidecar(gpus, folder, loop_ms=options.nvidia_smi_loop_ms, backend=options.nvidia_smi_backend)
+def _harness_trackers(options: RunOptions) -> list:
+    """The harness-side telemetry the options ask for (tunebench.telemetry.trackers)."""
+    trackers = []
+    if options.log_nvidia_smi:
+        trackers.append(NvidiaSidecarTracker(SidecarSettings(options.nvidia_smi_backend, options.nvidia_smi_loop_ms)))
+    return trackers
 
 
-def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
+def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
+    """Prepare the folder, launch, wait, and return the row; the caller (the runner) writes it, once."""
     folder = options.output_dir / experiment.folder_name
     row = base_row(experiment, options)
     try:
@@ -113,18 +109,19 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
         # rewrites them (its command.sh may name another interpreter).
         return {**row, "status": "dry_run", "error_messages": "already run: its files were left as they are"}
     folder.mkdir(parents=True, exist_ok=True)
-    spec = build_launch(experiment, folder, gpu_ids, options.accelerate_config_path, options.extra_env)
-    write_atomic(folder / "command.sh", command_script(spec))
+    launcher = choose(experiment, options.preload, options.accelerate_config_path)
+    command = launcher.command(experiment, folder / SPEC_FILE, gpu_ids, options.extra_env)
+    experiment.write(folder, command.argv)
+    write_atomic(folder / "command.sh", command_script(command))
     (folder / "command.sh").chmod(0o755)
-    write_atomic(folder / "config.json", json.dumps({
-        **experiment.describe(), "framework_config_arguments": experiment.framework_config.arguments,
-        "arguments": experiment.arguments, "argv": spec.argv}, indent=2, default=str))
     if options.dry_run:
         return {**row, "status": "dry_run"}
     _clear_previous_attempt(folder)
-    with _sidecar(experiment, gpu_ids, folder, options) as sidecar:
-        outcome = run_process(spec, folder / "stdout.log", folder / "stderr.log", options.timeout_seconds,
-                              preload=options.preload)
+    with contextlib.ExitStack() as stack:
+        watching = [(tracker, stack.enter_context(tracker.around(experiment.device_type, gpu_ids, folder)))
+                    for tracker in _harness_trackers(options)]
+        outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
+                              options.timeout_seconds)
     produced = results.read_row(folder)
     stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
@@ -139,17 +136,12 @@ def run_one(experiment: Experiment, gpu_ids: list[int], options: RunOptions) -> 
     row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
     row["experiment_start_unix"] = outcome.started_unix
     row["experiment_end_unix"] = outcome.started_unix + outcome.wall_seconds
-    row["startup_preloaded"] = bool(options.preload and spec.entry_argv is not None)
+    row["startup_preloaded"] = launcher.name == "forkserver"
     if row.get("process_start_unix"):
         # launcher (accelerate/torchrun) start-up before the training entry's own process began
         row["startup_launcher_seconds"] = max(0.0, row["process_start_unix"] - outcome.started_unix)
-    if sidecar is not None:
-        row.update(sidecar.summary(nonpad_tokens=row.get("train_nonpad_tokens")))
-        row.update(steady_energy_columns(sidecar, folder))
+    for tracker, handle in watching:
+        row.update(tracker.columns(handle, row, folder))
     if row.get("pred_mem_peak") is not None:
-        from tunebench.planning.predict import error_columns
-
         row.update(error_columns(row))
-    row.update(experiment.describe())  # identity columns win over anything the child wrote
-    results.write_row(folder, row, root=options.output_dir)
     return row

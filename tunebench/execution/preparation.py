@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.launch import entry_arguments, to_argv
-from tunebench.experiment.arguments import StrictArgumentParser
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.arguments import DataArguments
+from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
 
 
-def preload_models(experiments: list[Experiment]) -> None:
+def preload_models(experiments: list[ExperimentSpec]) -> None:
     """Load config + tokenizer of every model now, so a typo fails in seconds, not hours into the matrix."""
     from tunebench.experiment.models import build_tokenizer, load_config
 
@@ -29,7 +27,7 @@ def preload_models(experiments: list[Experiment]) -> None:
         raise InputError(problems)
 
 
-def preprocess_data(experiments: list[Experiment], build: bool = True) -> None:
+def preprocess_data(experiments: list[ExperimentSpec], build: bool = True) -> None:
     """Tokenise each distinct (dataset, tokenizer, template) once, in this process, before any launch.
 
     With `build=False` (`--no_data_processing`) nothing is built: a missing cache entry is an input error,
@@ -38,17 +36,18 @@ def preprocess_data(experiments: list[Experiment], build: bool = True) -> None:
     from tunebench.experiment.data import cache_key, default_cache_dir, prepare_dataset
     from tunebench.experiment.models import build_tokenizer
 
-    parser = StrictArgumentParser()
     done: set[str] = set()
     tokenizers: dict[str, object] = {}
     problems: list[InputProblem] = []
     for experiment in experiments:
-        parsed = parser.parse_argv(to_argv(entry_arguments(experiment, Path("/nonexistent"))))
-        model_args, data_args, training = parsed[0], parsed[1], parsed[4]
-        name = model_args.model_name_or_path
-        tokenizer = tokenizers.setdefault(name, build_tokenizer(name))
-        text_field = training.dataset_text_field or "text"
-        key = cache_key(data_args, tokenizer, text_field, training.seed)
+        data_args = DataArguments(**experiment.entry.get("data", {}))  # typed once, when the matrix was validated
+        name = experiment.model_name_or_path
+        if name not in tokenizers:
+            tokenizers[name] = build_tokenizer(name)
+        tokenizer = tokenizers[name]
+        text_field = experiment.value("training", "dataset_text_field") or "text"
+        seed = experiment.value("training", "seed")
+        key = cache_key(data_args, tokenizer, text_field, seed)
         if key in done:
             continue
         done.add(key)
@@ -60,7 +59,7 @@ def preprocess_data(experiments: list[Experiment], build: bool = True) -> None:
                     "run once without --no_data_processing to build the cache"))
             continue
         try:
-            prepare_dataset(data_args, tokenizer, text_field, seed=training.seed)
+            prepare_dataset(data_args, tokenizer, text_field, seed=seed)
         except Exception as exc:  # a bad data file is input error: report it before launching anything
             problems.append(InputProblem("data", data_args.training_data_path, f"preprocessing failed: {exc}",
                                          "check the file's format and its text field"))

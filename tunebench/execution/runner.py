@@ -14,16 +14,20 @@ from tunebench.execution.experiment_run import (
     run_one,
     skip_reason,
 )
-from tunebench.execution.launch import reset_stop
+from tunebench.execution.processes import reset_stop
 from tunebench.execution.progress import MatrixProgress
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.spec import ExperimentSpec
 from tunebench.results import summaries as results
+from tunebench.results.prediction_errors import error_columns
 
 logger = logging.getLogger(__name__)
 
 
-def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[str, Any]]:
+def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[dict[str, Any]]:
     """Rows of every experiment that finished (or was reused, skipped, dry-run), in matrix order."""
+    untyped = [e.folder_name for e in experiments if not e.entry]
+    if untyped:
+        raise ValueError(f"{untyped[:3]}: run_matrix takes validated experiments (tunebench.matrix.validation)")
     reset_stop()
     rows: dict[int, dict[str, Any]] = {}
     todo: list[int] = []
@@ -34,8 +38,6 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
             logger.info("resume: %s already completed, skipping", experiment.folder_name)
             predicted = options.predictions.get(experiment.experiment_id)
             if predicted:  # --plan on a resumed folder: the prediction joins the finished row
-                from tunebench.planning.predict import error_columns
-
                 previous.update(predicted)
                 previous.update(error_columns(previous))
                 results.write_row(folder, previous, root=options.output_dir)
@@ -83,7 +85,7 @@ def run_matrix(experiments: list[Experiment], options: RunOptions) -> list[dict[
     return [rows[i] for i in sorted(rows)]
 
 
-def predicted_oom(experiment: Experiment, options: RunOptions) -> str | None:
+def predicted_oom(experiment: ExperimentSpec, options: RunOptions) -> str | None:
     """With --skip_predicted_oom: why an experiment predicted not to fit is not launched."""
     predicted = options.predictions.get(experiment.experiment_id, {})
     if not options.skip_predicted_oom or predicted.get("pred_fits") is not False:

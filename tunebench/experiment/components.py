@@ -1,27 +1,14 @@
-"""Builders of an experiment's parts from its parsed arguments: PEFT config, scanner, step timer, devices."""
+"""Builders of an experiment's parts from its arguments: the steady policy, the step windows, PEFT config, devices."""
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
+from tunebench.experiment.arguments import parse_memory_logging
 from tunebench.experiment.steady import SteadyPolicy
 from tunebench.experiment.windows import StepWindows, plan_windows
 
 logger = logging.getLogger(__name__)
-
-MEMORY_LOGGING_CHOICES = {"scanner", "huggingface", "nvidia", "all", "none"}
-
-
-def parse_memory_logging(value: str) -> set[str]:
-    modes = {m.strip() for m in value.split(",") if m.strip()}
-    unknown = modes - MEMORY_LOGGING_CHOICES
-    if unknown:
-        raise ValueError(f"memory_logging: unknown mode(s) {sorted(unknown)}; use {sorted(MEMORY_LOGGING_CHOICES)}")
-    if "all" in modes:
-        return {"scanner", "huggingface", "nvidia"}
-    return modes - {"none"}
-
 
 def steady_policy(bench_args) -> SteadyPolicy:
     return SteadyPolicy(warmup_steps=bench_args.steady_warmup_steps, min_steps=bench_args.steady_min_steps,
@@ -44,14 +31,6 @@ def build_peft_config(peft_args):
         return LoraConfig(r=peft_args.r, lora_alpha=peft_args.lora_alpha, lora_dropout=peft_args.lora_dropout,
                           target_modules=list(peft_args.target_modules), task_type=TaskType.CAUSAL_LM)
     return PromptTuningConfig(num_virtual_tokens=peft_args.num_virtual_tokens, task_type=TaskType.CAUSAL_LM)
-
-
-def make_scanner(windows: StepWindows, results_dir: Path):
-    """The scanner callback; each rank writes its own report (the scanner adds `.rank<r>` itself)."""
-    from scanner import Scanner
-
-    return Scanner(steps=windows.scan_steps, time_steps=windows.time_steps,
-                   output=["stdout", str(results_dir / "scan.json")])
 
 
 def preset_init_device(model_args, sft_config, state) -> str:

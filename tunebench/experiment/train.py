@@ -24,45 +24,48 @@ def write_json_atomic(path: str | Path, payload: Any) -> None:
     write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
-def hf_memory_columns(metrics: dict[str, Any]) -> dict[str, int | None]:
-    """The reference tool's columns from HF's TrainerMemoryTracker (skip_memory_metrics=False), in bytes:
+def load_entry(argv: list[str]) -> tuple:
+    """The entry's objects: from `--spec <folder>/spec.json` (the harness: values typed once, nothing parsed
+    here), or from `--key value` arguments (by hand)."""
+    from tunebench.experiment.entry_parser import build_entry, entry_parser
+    from tunebench.experiment.spec import read_entry
 
-    allocated at end of training = before_init + init_alloc_delta + train_alloc_delta
-    peak during training         = that + train_peaked_delta   (HF's "peaked" is the peak above the end value)
-    """
-    keys = ("before_init_mem_gpu", "init_mem_gpu_alloc_delta", "train_mem_gpu_alloc_delta", "train_mem_gpu_peaked_delta")
-    if not all(k in metrics for k in keys):
-        return {"mem_torch_mem_alloc_in_bytes": None, "mem_peak_torch_mem_alloc_in_bytes": None}
-    allocated = metrics[keys[0]] + metrics[keys[1]] + metrics[keys[2]]
-    return {"mem_torch_mem_alloc_in_bytes": int(allocated),
-            "mem_peak_torch_mem_alloc_in_bytes": int(allocated + metrics[keys[3]])}
+    if argv[:1] == ["--spec"] and len(argv) == 2:
+        return build_entry(read_entry(argv[1]))
+    return entry_parser().parse_argv(argv)
 
 
-def run(argv: list[str], startup) -> tuple[dict[str, Any], list[dict]]:
+def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     """Train one experiment; returns (row, per-step records) on rank 0 and ({}, []) elsewhere."""
     import torch
     from accelerate import PartialState
 
     from tunebench.experiment import components
-    from tunebench.experiment.arguments import StrictArgumentParser
+    from tunebench.experiment.arguments import parse_memory_logging
     from tunebench.experiment.data import prepare_dataset
+    from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
     from tunebench.experiment.flops import mfu, training_flops
     from tunebench.experiment.models import build_tokenizer, load_model
     from tunebench.experiment.step_timer import StepTimer
     from tunebench.experiment.throughput import steady_columns, steps_record
     from tunebench.experiment.tokens import TokenCounter, totals
+    from tunebench.experiment.trackers import RunFacts, hf_memory_columns, make_trackers
     from tunebench.experiment.trainer import BenchSFTTrainer
     from tunebench.telemetry.environment import environment_columns
 
     startup.mark("imports")
-    model_args, data_args, peft_args, bench_args, sft_config = StrictArgumentParser().parse_argv(argv)
-    memory_logging = components.parse_memory_logging(bench_args.memory_logging)
+    quiet_renamed_checkpointing_warning()
+    model_args, data_args, peft_args, bench_args, sft_config = entry
+    memory_logging = parse_memory_logging(bench_args.memory_logging)
     policy = components.steady_policy(bench_args)
     windows = components.step_windows(bench_args, sft_config.max_steps)
     sft_config.max_length = data_args.max_seq_len
-    sft_config.skip_memory_metrics = "huggingface" not in memory_logging
+    sft_config.skip_memory_metrics = True  # unless a tracker asks for HF's memory metrics
     state = PartialState()
     results_dir = Path(bench_args.results_json).parent if bench_args.results_json else Path(sft_config.output_dir)
+    trackers = make_trackers(memory_logging, windows, results_dir)
+    for tracker in trackers:
+        tracker.prepare(sft_config)
 
     tokenizer = build_tokenizer(model_args.model_name_or_path)
     with state.main_process_first():  # rank 0 builds the cache, the others then read it
@@ -72,7 +75,7 @@ def run(argv: list[str], startup) -> tuple[dict[str, Any], list[dict]]:
                        init_device=components.preset_init_device(model_args, sft_config, state))
     startup.mark("model")
     counter = TokenCounter()
-    callbacks = [components.make_scanner(windows, results_dir)] if "scanner" in memory_logging else []
+    callbacks = [callback for tracker in trackers for callback in tracker.callbacks()]
     on_cuda = torch.cuda.is_available() and not sft_config.use_cpu
     device = torch.device(f"cuda:{state.local_process_index}") if on_cuda else torch.device("cpu")
     # After the scanner: host work a scan does at a step end then belongs to the scanned step.
@@ -119,7 +122,6 @@ def run(argv: list[str], startup) -> tuple[dict[str, Any], list[dict]]:
         "trainable_parameters": trainable,
         "total_parameters": sum(p.numel() for p in trainer.model.parameters()),
         "mem_peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        **hf_memory_columns(train_metrics),
         **environment_columns("cuda" if on_cuda else "cpu"),
         **startup.columns(),
     }
@@ -128,28 +130,13 @@ def run(argv: list[str], startup) -> tuple[dict[str, Any], list[dict]]:
         row["mem_peak_torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
     row["distributed_type"] = str(trainer.accelerator.distributed_type).split(".")[-1]
-    if "scanner" in memory_logging:
-        row.update(gather_scan_metrics(callbacks[0].flat_metrics()))
-        median = row.get("steady_step_time_median")
-        if median and row.get("scan_time_source") == "time_window" and row.get("scan_time_step"):
-            # How representative the scanner's phase-timed step is of the run (an independent check).
-            row["scan_time_step_vs_median"] = row["scan_time_step"] / median - 1
+    if "huggingface" not in memory_logging:  # the columns exist in every row, empty when not measured
+        row.update(hf_memory_columns({}))
+    for tracker in trackers:
+        row.update(tracker.columns(RunFacts(train_metrics, row)))
     steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
     records = steps_record(step_times, token_steps, steady)
     return (row, records) if state.is_main_process else ({}, [])
-
-
-def gather_scan_metrics(local: dict[str, Any]) -> dict[str, Any]:
-    """Every rank's scan metrics, merged on all ranks (max / min / mean per category, summed throughput)."""
-    import torch.distributed as dist
-
-    from tunebench.experiment.rank_merge import merge_rank_metrics
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local
-    per_rank: list[dict[str, Any]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(per_rank, local)
-    return merge_rank_metrics(per_rank)
 
 
 def _error_class(exc: BaseException) -> str:
@@ -171,14 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("TUNEBENCH_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--"]:  # the separator a launcher may pass through (see execution.launch.build_launch)
-        argv = argv[1:]
     started = time.time()
     results_json = None
-    if "--results_json" in argv:
-        results_json = argv[argv.index("--results_json") + 1]
     try:
-        row, steps = run(argv, startup)
+        if argv[:1] == ["--spec"] and len(argv) == 2:  # known before anything is built, for the error file
+            from tunebench.experiment.spec import read_entry
+
+            results_json = read_entry(argv[1]).get("bench", {}).get("results_json") or None
+        row, steps = run(load_entry(argv), startup)
     except BaseException as exc:  # record, then re-raise so the exit code tells the harness too
         rank = os.environ.get("RANK", "0")
         if results_json:

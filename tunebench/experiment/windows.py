@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from scanner.options import parse_steps, parse_time_steps
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,18 +45,6 @@ def _text(window: tuple[int, int] | None) -> str:
     return str(window[0]) if window[0] == window[1] else f"{window[0]}-{window[1]}"
 
 
-def parse_range(text: str, what: str) -> tuple[int, int]:
-    """'5' or '5-7' → (5, 7); ValueError naming `what` otherwise."""
-    parts = str(text).replace("..", "-").split("-")
-    try:
-        numbers = [int(p.strip()) for p in parts]
-    except ValueError:
-        raise ValueError(f"{what}: cannot read {text!r}; use 'auto', a step such as '4' or a range such as '4-6'") from None
-    if len(numbers) not in (1, 2) or numbers[0] < 1 or numbers[-1] < numbers[0]:
-        raise ValueError(f"{what}: {text!r} is not a step range such as '4' or '4-6' (1-based)")
-    return numbers[0], numbers[-1]
-
-
 def plan_windows(warmup_steps: int, max_steps: int, scan_steps: str = "auto", time_steps: str = "auto",
                  scanning: bool = True) -> StepWindows:
     """Resolve the `auto` values against the run length; raises ValueError on impossible requests."""
@@ -62,7 +52,8 @@ def plan_windows(warmup_steps: int, max_steps: int, scan_steps: str = "auto", ti
         raise ValueError(f"steady_warmup_steps must be >= 0, got {warmup_steps}")
     memory = None
     if scanning:
-        memory = (max(1, warmup_steps - 1),) * 2 if scan_steps == "auto" else parse_range(scan_steps, "scan_steps")
+        # The step texts are read once, here, by the scanner's own reader; the scanner then gets the numbers.
+        memory = (max(1, warmup_steps - 1),) * 2 if scan_steps == "auto" else parse_steps(scan_steps, "scan_steps")
         if max_steps > 0 and memory[1] > max_steps:
             raise ValueError(f"scan_steps {_text(memory)} ends after max_steps {max_steps}")
     timed = None
@@ -72,9 +63,10 @@ def plan_windows(warmup_steps: int, max_steps: int, scan_steps: str = "auto", ti
             last = max_steps if max_steps > 0 else 1 << 30
             timed = (first, last) if first <= last else None
         else:
-            timed = parse_range(time_steps, "scan_time_steps")
-            if timed[0] <= memory[1] and timed[1] >= memory[0]:
-                raise ValueError(f"scan_time_steps {_text(timed)} overlaps scan_steps {_text(memory)}")
+            try:  # the scanner's own check: the timed steps must not overlap the memory-scanned ones
+                timed = parse_time_steps(parse_steps(time_steps, "scan_time_steps"), *memory)
+            except ValueError as exc:
+                raise ValueError(f"scan_time_steps {time_steps}: {exc}") from None
     excluded: set[int] = set()
     if memory is not None:
         excluded.update(range(memory[0], memory[1] + 2))  # the scanned steps and the one that absorbs its end

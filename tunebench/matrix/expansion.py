@@ -1,19 +1,18 @@
-"""Expand scenarios × framework configs × models × CLI matrices into fully resolved experiments."""
+"""Expand scenarios × framework configs × models × CLI matrices into resolved experiments (ExperimentSpec, untyped
+until validation types them)."""
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
-import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tunebench.errors import InputProblem
-from tunebench.experiment.data import dataset_fingerprint
-from tunebench.fileio import safe_name
-from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
+from tunebench.experiment.arguments import ModelArguments
+from tunebench.experiment.spec import BASELINE, ExperimentSpec, FrameworkConfig
+from tunebench.matrix.inputs import Scenario
 
 logger = logging.getLogger(__name__)
 
@@ -26,70 +25,6 @@ class Matrices:
     effective_batch_size: list[int] | None = None
     max_seq_len: list[int] | None = None
     packing: list[bool] | None = None
-
-
-@dataclass
-class Experiment:
-    """One fully resolved run: everything that decides its numbers is in here (and so in its identity)."""
-
-    scenario: str
-    framework_config: FrameworkConfig
-    num_gpus: int
-    device_type: str  # "cuda" | "cpu"; on cpu, num_gpus counts processes
-    arguments: dict[str, Any]
-    effective_batch_size: int | None = None
-    slow: bool = False
-    exclusive: bool = False  # scheduling only (runs alone): not part of the identity
-    accelerate_config: dict[str, Any] = field(default_factory=dict)  # content of accelerate.yaml (N > 1)
-
-    @property
-    def model_name_or_path(self) -> str:
-        return self.arguments["model_name_or_path"]
-
-    @property
-    def experiment_id(self) -> str:
-        """A stable hash of the resolved experiment: editing anything that changes the run changes the id."""
-        payload = {
-            "scenario": self.scenario,
-            "framework_config": {
-                "name": self.framework_config.name,
-                "arguments": self.framework_config.arguments,
-                "accelerate_args": self.framework_config.accelerate_args,
-            },
-            "num_gpus": self.num_gpus,
-            "device_type": self.device_type,
-            "arguments": self.arguments,
-            "accelerate_config": self.accelerate_config if self.num_gpus > 1 else {},
-            # A local data file is identified by its size and mtime too: new data means a new experiment.
-            "data": dataset_fingerprint(str(self.arguments.get("training_data_path", "synthetic"))),
-        }
-        blob = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-    @property
-    def folder_name(self) -> str:
-        """`<scenario>_<id>`: the scenario name made safe (no separators, no `..`, at most 64 characters); the
-        id keeps two scenarios whose names sanitise alike apart."""
-        return f"{safe_name(self.scenario, fallback='scenario')}_{self.experiment_id}"
-
-    def describe(self) -> dict[str, Any]:
-        """Identity columns, as they appear in the CSVs."""
-        args = self.arguments
-        return {
-            "experiment_id": self.experiment_id,
-            "scenario": self.scenario,
-            "framework_config": self.framework_config.name,
-            "model_name_or_path": args["model_name_or_path"],
-            "num_gpus": self.num_gpus,
-            "device_type": self.device_type,
-            "effective_batch_size": self.effective_batch_size,
-            "per_device_train_batch_size": args.get("per_device_train_batch_size"),
-            "gradient_accumulation_steps": args.get("gradient_accumulation_steps"),
-            "max_seq_len": args.get("max_seq_len"),
-            "packing": args.get("packing", False),
-            "peft_method": args.get("peft_method", "none"),
-            "torch_dtype": args.get("torch_dtype"),
-        }
 
 
 def split_batch(
@@ -118,6 +53,20 @@ def split_batch(
     return (pdbs, quotient) if derived == "gradient_accumulation_steps" else (quotient, ga)
 
 
+def _batch_problem(args: dict[str, Any], scenario: str, source: str) -> InputProblem | None:
+    """The batch keys as whole counts >= 1 (YAML text such as "4" included, made an int), else the problem."""
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = args.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str) and value.strip().isdigit():
+            args[key] = value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return InputProblem(source, f"scenario {scenario!r}: arguments.{key}",
+                                f"expected a whole number >= 1, got {value!r}", f"e.g. `{key}: 4`")
+    return None
+
+
 def resolve_arguments(*layers: dict[str, Any]) -> dict[str, Any]:
     """Merge argument layers, later wins; deep copies so no experiment shares (and leaks) a mutable value."""
     merged: dict[str, Any] = {}
@@ -136,11 +85,13 @@ def expand(
     accelerate_config: dict[str, Any],
     problems: list[InputProblem],
     scenarios_source: str = "scenarios.yaml",
-) -> list[Experiment]:
-    """Precedence, lowest to highest: defaults < data_processing < scenario < framework config < CLI matrix."""
-    experiments: list[Experiment] = []
+) -> list[ExperimentSpec]:
+    """Precedence, lowest to highest: defaults < data_processing < scenario < framework config < CLI matrix.
+    A scenario that names no model (nor do the defaults) gets the entry's default model (`preset:llama-tiny`)."""
+    experiments: list[ExperimentSpec] = []
+    default_model = defaults.get("model_name_or_path", ModelArguments.model_name_or_path)
     for scenario in scenarios:
-        models = scenario.arguments.get("model_name_or_path", defaults.get("model_name_or_path"))
+        models = scenario.arguments.get("model_name_or_path", default_model)
         models = models if isinstance(models, list) else [models]
         if not models or any(not isinstance(m, str) for m in models):
             problems.append(InputProblem(scenarios_source, f"{scenario.name}.arguments.model_name_or_path",
@@ -167,6 +118,11 @@ def expand(
                 if packing is not None:
                     cli_layer["packing"] = packing
                 args = resolve_arguments(defaults, data_processing, scenario.arguments, fc.arguments, cli_layer)
+                bad = _batch_problem(args, scenario.name, scenarios_source)
+                if bad:  # the batch is arithmetic here: a non-count never reaches it
+                    if bad not in problems:
+                        problems.append(bad)
+                    continue
                 if ebs is not None:
                     split = split_batch(ebs, num_gpus, args)
                     if isinstance(split, str):
@@ -178,10 +134,11 @@ def expand(
                         continue
                     args["per_device_train_batch_size"], args["gradient_accumulation_steps"] = split
                 else:
-                    args.setdefault("per_device_train_batch_size", 8)
-                    args.setdefault("gradient_accumulation_steps", 1)
+                    for key, default in (("per_device_train_batch_size", 8), ("gradient_accumulation_steps", 1)):
+                        if args.get(key) is None:  # absent or null: the harness's default
+                            args[key] = default
                     ebs = args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * num_gpus
-                experiments.append(Experiment(
+                experiments.append(ExperimentSpec(
                     scenario=scenario.name, framework_config=fc, num_gpus=num_gpus, device_type=device_type,
                     arguments=args, effective_batch_size=ebs, slow=scenario.slow, exclusive=scenario.exclusive,
                     accelerate_config=accelerate_config,

@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tunebench.errors import InputError, InputProblem
+from tunebench.errors import InputProblem
+from tunebench.experiment.spec import BASELINE, FrameworkConfig
 
 logger = logging.getLogger(__name__)
-
-BASELINE = "none"  # the framework_config name used for a `null` entry
-
-
-@dataclass(frozen=True)
-class FrameworkConfig:
-    """A named overlay of acceleration settings applied on top of a scenario's arguments."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    description: str = ""
-    min_gpus: int = 1  # e.g. FSDP needs 2 processes to mean anything
-    accelerate_args: dict[str, Any] = field(default_factory=dict)  # extra `accelerate launch` options
-
 
 @dataclass(frozen=True)
 class Scenario:
@@ -186,8 +173,3 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
             accelerate_args=dict(_expect_mapping(body.get("accelerate_args"), source, f"{key}.accelerate_args", problems)),
         )
     return configs
-
-
-def raise_if_problems(problems: list[InputProblem]) -> None:
-    if problems:
-        raise InputError(problems)

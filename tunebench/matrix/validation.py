@@ -1,26 +1,29 @@
-"""Check every experiment against the training entry's real argument classes before anything runs."""
+"""Check every experiment against the training entry's real argument classes, once, and type it (ExperimentSpec)."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tunebench.errors import InputProblem
-from tunebench.execution.launch import entry_arguments, to_argv
-from tunebench.experiment.arguments import ArgumentError, StrictArgumentParser, range_problems
-from tunebench.experiment.components import step_windows
+from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
+from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
 from tunebench.experiment.models import resolve_model_source
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.ranges import range_problems
+from tunebench.experiment.spec import ExperimentSpec
+from tunebench.experiment.windows import plan_windows
 
 logger = logging.getLogger(__name__)
 
 # TrainingArguments.__post_init__ refuses bf16/fp16 and CUDA-only options on a machine without a GPU. Those
 # checks are about this machine, not the experiment: a GPU matrix must still dry-run on a laptop.
 _DEVICE_MESSAGES = ("bf16", "fp16", "gpu", "cuda", "fsdp", "torch_compile", "mixed precision")
+# Keys the harness sets per experiment folder: a user's value would be overwritten, so it is not checked.
+_HARNESS_KEYS = ("output_dir", "results_json", "use_cpu")
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Sources:
     data_processing: dict[str, Any]
     framework_configs_path: str
 
-    def origin(self, experiment: Experiment, key: str) -> tuple[str, str]:
+    def origin(self, experiment: ExperimentSpec, key: str) -> tuple[str, str]:
         if key in experiment.framework_config.arguments:
             return self.framework_configs_path, f"framework_configs.{experiment.framework_config.name}.arguments.{key}"
         if key in self.scenario_arguments.get(experiment.scenario, {}):
@@ -46,71 +49,105 @@ class Sources:
         return "command line", key
 
 
-def _problems_for(experiment: Experiment, parser: StrictArgumentParser, known: set[str], sources: Sources,
-                  cuda_here: bool) -> list[InputProblem]:
+def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources) -> list[InputProblem]:
     problems = []
-    args = entry_arguments(experiment, Path("/nonexistent/tunebench-validate"))
-    for key in args:
+    for key in experiment.arguments:
         if key not in known:
             source, where = sources.origin(experiment, key)
-            close = difflib.get_close_matches(key, known, n=1)
+            close = difflib.get_close_matches(str(key), known, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
             problems.append(InputProblem(source, where, "unknown argument", fix))
-    if "max_length" in args:
+    if "max_length" in experiment.arguments:
         source, where = sources.origin(experiment, "max_length")
         problems.append(InputProblem(source, where, "max_length is set by tunebench from max_seq_len",
                                      "use max_seq_len (it sets SFTConfig.max_length)"))
-    if problems:
-        return problems
+    return problems
+
+
+def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tuple[dict | None, list[InputProblem]]:
+    """The experiment's typed values (the one parse), and whether its objects can be built with them."""
+    arguments = {k: v for k, v in experiment.arguments.items() if k not in _HARNESS_KEYS}
     try:
-        parsed = parser.parse_argv(to_argv(args))
+        typed = entry_parser().typed_values(arguments)
     except ArgumentError as exc:
         key = str(exc).split("/")[0].removeprefix("argument --").strip()
-        source, where = sources.origin(experiment, key) if key in args else ("arguments", "-")
-        return [InputProblem(source, where, str(exc), "give a value of the expected type")]
-    except ValueError as exc:
+        source, where = sources.origin(experiment, key) if key in arguments else ("arguments", "-")
+        return None, [InputProblem(source, where, str(exc), "give a value of the expected type")]
+    probe = {group: dict(values) for group, values in typed.items()}
+    probe["training"].update(output_dir="/nonexistent/tunebench-validate", use_cpu=experiment.device_type == "cpu")
+    try:
+        build_entry(probe)
+    except ValueError as exc:  # SFTConfig's own checks, and the entry's
         message = str(exc)
         device_specific = any(m in message.lower() for m in _DEVICE_MESSAGES)
         if not (device_specific and experiment.device_type == "cuda" and not cuda_here):
-            return [InputProblem(sources.scenarios_path, f"scenario {experiment.scenario!r}", message,
-                                 "adjust the arguments named in the message")]
-        parsed = None
+            return None, [InputProblem(sources.scenarios_path, f"scenario {experiment.scenario!r}", message,
+                                       "adjust the arguments named in the message")]
+    return typed, []
+
+
+def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
+    """What the typed values say: ranges, the model and the data, memory logging, the step windows."""
+    problems = []
+    for key, problem in range_problems(spec.entry, ENTRY_GROUPS).items():
+        source, where = sources.origin(spec, key)
+        problems.append(InputProblem(source, where, problem, f"set {key} within that range"))
     try:
-        resolve_model_source(experiment.model_name_or_path)
+        resolve_model_source(spec.model_name_or_path)
     except ValueError as exc:
-        source, where = sources.origin(experiment, "model_name_or_path")
+        source, where = sources.origin(spec, "model_name_or_path")
         problems.append(InputProblem(source, where, str(exc), "use preset:<name>, a local dir or org/name"))
-    data_problem = data_source_problem(str(args.get("training_data_path", "synthetic")))
+    data_problem = data_source_problem(str(spec.value("data", "training_data_path")))
     if data_problem:
-        source, where = sources.origin(experiment, "training_data_path")
+        source, where = sources.origin(spec, "training_data_path")
         problems.append(InputProblem(source, where, data_problem,
                                      "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
-    if parsed is not None:
-        for key, problem in range_problems(parsed).items():
-            source, where = sources.origin(experiment, key)
-            problems.append(InputProblem(source, where, problem, f"set {key} within that range"))
-        bench, training = parsed[3], parsed[4]
-        try:
-            step_windows(bench, training.max_steps)
-        except ValueError as exc:
-            text = str(exc)
-            key = next((k for k in ("memory_logging", "scan_time_steps", "scan_steps", "steady_warmup_steps")
-                        if k in text), "max_steps")
-            source, where = sources.origin(experiment, key)
-            fix = ("use a comma list of scanner, huggingface, nvidia, all, none" if key == "memory_logging" else
-                   "raise max_steps, or adjust scan_steps / scan_time_steps / steady_warmup_steps")
-            problems.append(InputProblem(source, where, text, fix))
+    try:
+        scanning = "scanner" in parse_memory_logging(spec.value("bench", "memory_logging"))
+    except ValueError as exc:
+        source, where = sources.origin(spec, "memory_logging")
+        return [*problems, InputProblem(source, where, str(exc),
+                                        "use a comma list of scanner, huggingface, nvidia, all, none")]
+    try:
+        plan_windows(spec.value("bench", "steady_warmup_steps"), spec.value("training", "max_steps"),
+                     spec.value("bench", "scan_steps"), spec.value("bench", "scan_time_steps"), scanning)
+    except ValueError as exc:
+        text = str(exc)
+        key = next((k for k in ("scan_time_steps", "scan_steps", "steady_warmup_steps") if k in text), "max_steps")
+        source, where = sources.origin(spec, key)
+        problems.append(InputProblem(source, where, text, "raise max_steps, or adjust scan_steps / "
+                                     "scan_time_steps / steady_warmup_steps"))
     return problems
 
 
-def validate(experiments: list[Experiment], sources: Sources, cuda_here: bool) -> list[InputProblem]:
-    """All problems of all experiments, each reported once."""
-    parser = StrictArgumentParser()
-    known = parser.known_keys()
-    seen, problems = set(), []
+def validate(experiments: list[ExperimentSpec], sources: Sources,
+             cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
+    """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
+    known = entry_parser().known_keys()
+    seen, problems, typed_specs = set(), [], []
     for experiment in experiments:
-        for problem in _problems_for(experiment, parser, known, sources, cuda_here):
+        found = _unknown_keys(experiment, known, sources)
+        spec = None
+        if not found:
+            typed, found = _typed(experiment, sources, cuda_here)
+            if typed is not None:
+                spec = dataclasses.replace(experiment, entry=typed)
+                found = _problems_of(spec, sources)
+        for problem in found:
             if (problem.source, problem.key, problem.message) not in seen:
                 seen.add((problem.source, problem.key, problem.message))
                 problems.append(problem)
-    return problems
+        if spec is not None and not found:
+            typed_specs.append(spec)
+    return typed_specs, problems
+
+
+def typed(experiments: list[ExperimentSpec], cuda_here: bool = False) -> list[ExperimentSpec]:
+    """Validate and type experiments made outside the command line (scripts, tests); InputError on a problem."""
+    from tunebench.errors import InputError
+
+    specs, problems = validate(experiments, Sources({}, "defaults", {}, "scenarios", {}, "framework_configs"),
+                               cuda_here)
+    if problems:
+        raise InputError(problems)
+    return specs

@@ -60,10 +60,17 @@ def _model(shape: StepShape):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, shape.dtype), **kwargs)
     if shape.checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name for the same switch
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if shape.peft != "none":
         from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
+
+        from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
+
+        quiet_renamed_checkpointing_warning()
 
         if shape.checkpointing:
             model.enable_input_require_grads()  # what PEFT + Trainer do for checkpointed frozen weights

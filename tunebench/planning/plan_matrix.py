@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.predict import fit_columns, predict, shape_and_sharding
 
 logger = logging.getLogger(__name__)
@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 GIB = 1024**3
 
 
-def plan_experiments(experiments: list[Experiment], capacity: int | None,
+def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None,
                      host_budget: bool = False) -> dict[str, dict[str, Any]]:
     """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
 
@@ -26,7 +26,7 @@ def plan_experiments(experiments: list[Experiment], capacity: int | None,
     out: dict[str, dict[str, Any]] = {}
     for experiment in experiments:
         try:
-            shape, sharding = shape_and_sharding(experiment.arguments, experiment.num_gpus)
+            shape, sharding = shape_and_sharding(experiment)
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache)
             judged = experiment.device_type == "cuda" or host_budget
             row.update(fit_columns(row["pred_mem_peak"], capacity if judged else None))
@@ -39,7 +39,7 @@ def plan_experiments(experiments: list[Experiment], capacity: int | None,
     return out
 
 
-def plan_table(experiments: list[Experiment], predictions: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def plan_table(experiments: list[ExperimentSpec], predictions: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for e in experiments:
         p = predictions.get(e.experiment_id, {})

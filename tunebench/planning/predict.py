@@ -11,6 +11,7 @@ What the fake step cannot see, and how it is accounted for:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -18,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tunebench.experiment.arguments import DataArguments, ModelArguments, PeftArguments
+from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.fake_step import StepShape, predict_step
 
 logger = logging.getLogger(__name__)
@@ -54,33 +57,42 @@ class Sharding:
     ddp: bool = False
 
 
-def shape_and_sharding(arguments: dict[str, Any], num_processes: int) -> tuple[StepShape, Sharding]:
-    """What decides the memory of one rank's step, from an experiment's resolved arguments."""
-    from tunebench.execution.launch import to_argv
-    from tunebench.experiment.arguments import StrictArgumentParser
+def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
+    """What decides the memory of one rank's step, read from the experiment's typed values (no parsing, and no
+    Trainer object: a GPU experiment is planned on any machine)."""
+    from tunebench.experiment.entry_parser import checkpointing_on
 
-    # Parsed on any machine (no GPU, no FSDP launcher): what those options mean is read from `arguments`.
-    dropped = ("bf16", "fp16", "fsdp", "fsdp_config", "use_cpu", "tf32")
-    args = {**{k: v for k, v in arguments.items() if k not in dropped}, "output_dir": "/nonexistent/plan",
-            "use_cpu": True}
-    model, data, peft, _, training = StrictArgumentParser().parse_argv(to_argv(args))
-    fsdp_config = arguments.get("fsdp_config") or {}
-    fsdp = bool(arguments.get("fsdp"))
+    model = ModelArguments(**spec.entry.get("model", {}))
+    data = DataArguments(**spec.entry.get("data", {}))
+    peft = PeftArguments(**spec.entry.get("peft", {}))
+    training = spec.entry.get("training", {})
+    fsdp_config = _as_dict(spec.value("training", "fsdp_config"))
+    fsdp = bool(spec.value("training", "fsdp"))
     dtype = "float32" if model.torch_dtype == "auto" else model.torch_dtype
     padded = not (data.synthetic_length_distribution == "fixed" and data.training_data_path == "synthetic")
-    if training.packing and training.padding_free:
+    if spec.value("training", "packing") and spec.value("training", "padding_free"):
         padded = False
+    optim = spec.value("training", "optim")
     shape = StepShape(
-        model=model.model_name_or_path, dtype=dtype, micro_batch=training.per_device_train_batch_size,
-        seq_len=data.max_seq_len, padded=padded, grad_accum=training.gradient_accumulation_steps,
+        model=model.model_name_or_path, dtype=dtype, micro_batch=spec.value("training", "per_device_train_batch_size"),
+        seq_len=data.max_seq_len, padded=padded, grad_accum=spec.value("training", "gradient_accumulation_steps"),
         peft=peft.peft_method, lora_r=peft.r, lora_alpha=peft.lora_alpha, lora_targets=tuple(peft.target_modules),
         virtual_tokens=peft.num_virtual_tokens,
-        checkpointing=bool(training.gradient_checkpointing or fsdp_config.get("activation_checkpointing")),
-        autocast_bf16=bool(arguments.get("bf16") or arguments.get("fp16")),
+        checkpointing=checkpointing_on(training) or bool(fsdp_config.get("activation_checkpointing")),
+        autocast_bf16=bool(spec.value("training", "bf16") or spec.value("training", "fp16")),
         attn_implementation=model.attn_implementation,
-        optimizer=_optimizer_kind(getattr(training.optim, "value", str(training.optim))),
+        optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
     )
-    return shape, Sharding(world=num_processes, fsdp=fsdp, ddp=num_processes > 1 and not fsdp)
+    return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
+
+
+def _as_dict(value: Any) -> dict:
+    """fsdp_config as given: a dict, or JSON text (what argparse leaves for dict-typed Trainer fields)."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value.strip().startswith("{"):
+        return json.loads(value)
+    return {}
 
 
 def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None) -> dict[str, Any]:
@@ -141,23 +153,6 @@ def fit_columns(peak: int, capacity: int | None) -> dict[str, Any]:
         return {"pred_capacity_bytes": None, "pred_fits": None, "pred_fit_margin_bytes": None}
     usable = capacity - min(CONTEXT_RESERVE, capacity // 10)
     return {"pred_capacity_bytes": capacity, "pred_fits": peak <= usable, "pred_fit_margin_bytes": usable - peak}
-
-
-ERROR_PAIRS = (  # prediction column -> measured column
-    ("params", "scan_mem_params"), ("grads", "scan_mem_grads"), ("optimizer", "scan_mem_optimizer"),
-    ("activations", "scan_mem_activations"), ("temporaries", "scan_mem_temporaries"),
-    ("peak", "mem_peak_torch_max_allocated_bytes"),
-)
-
-
-def error_columns(row: dict[str, Any]) -> dict[str, float | None]:
-    """`pred_error_<category>` = predicted / measured − 1, where both exist."""
-    out = {}
-    for name, measured in ERROR_PAIRS:
-        predicted, actual = row.get(f"pred_mem_{name}"), row.get(measured)
-        ok = isinstance(predicted, (int, float)) and isinstance(actual, (int, float)) and actual
-        out[f"pred_error_{name}"] = predicted / actual - 1 if ok else None
-    return out
 
 
 def _optimizer_kind(optim: str) -> str:

@@ -5,8 +5,8 @@ results folder, deletes only what it made, and never adopts a folder that holds 
 
 * A folder is tunebench's when it holds the ownership marker (written only into folders tunebench creates or
   finds empty) or when every entry in it is something tunebench writes (results from before the marker).
-* An experiment folder is recognised by its own files: a `config.json` or `results.json` object whose
-  `experiment_id` ends the folder's name. Nothing else is ever removed, and removing one takes only the files
+* An experiment folder is recognised by its own files: a `spec.json` (`config.json` before it) or
+  `results.json` object whose `experiment_id` ends the folder's name. Nothing else is ever removed, and removing one takes only the files
   the harness writes there (a user's note left in it survives, and so does the folder holding it).
 """
 
@@ -51,7 +51,7 @@ def _identity(folder: Path) -> dict | None:
     """The experiment a folder holds, read from its own files; None when it is not an experiment folder."""
     if folder.is_symlink() or not folder.is_dir():
         return None
-    for name in ("config.json", "results.json"):
+    for name in ("spec.json", "config.json", "results.json"):  # config.json: folders of earlier versions
         try:
             data = json.loads((folder / name).read_text())
         except (OSError, ValueError):

@@ -98,10 +98,6 @@ def _omitted(reason: str) -> str:
     return f'<p class="omitted">Omitted: {html.escape(reason)}</p>'
 
 
-def _has_data(df: pd.DataFrame, cols) -> list[str]:
-    return [c for c in cols if c in df.columns and df[c].notna().any()]
-
-
 def _labels(df: pd.DataFrame) -> pd.Series:
     keys = [k for k in LABEL_KEYS if k in df.columns] or [df.columns[0]]
     labels = rules.experiment_labels(df, keys)
@@ -176,7 +172,7 @@ def _padding_section(df: pd.DataFrame) -> str:
 
 
 def _prediction_section(df: pd.DataFrame) -> str:
-    from tunebench.planning.predict import ERROR_PAIRS
+    from tunebench.results.prediction_errors import ERROR_PAIRS
 
     chart = _chart(charts.predicted_vs_measured, df, ERROR_PAIRS)
     errors = [f"pred_error_{name}" for name, _ in ERROR_PAIRS if f"pred_error_{name}" in df.columns]

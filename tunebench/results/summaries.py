@@ -16,7 +16,7 @@ from tunebench.results.folder import BENCHMARKS, RAW_SUMMARY, experiment_folders
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
-CONFIG_FILE = "config.json"
+SPEC_FILES = ("spec.json", "config.json")  # config.json: experiment folders of earlier versions
 
 # Always in benchmarks.csv (when present), after the columns that vary across experiments: the steady-state
 # figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
@@ -60,14 +60,18 @@ def _incomplete_row(folder: Path) -> dict[str, Any] | None:
     """A launched experiment that left no row (its harness was killed): an error row from its config.json."""
     if not (folder / "stdout.log").exists():
         return None  # planned by a dry run, never launched
-    try:
-        config = json.loads((folder / CONFIG_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    config = None
+    for name in SPEC_FILES:
+        try:
+            config = json.loads((folder / name).read_text())
+            break
+        except (OSError, ValueError):
+            continue
     if not isinstance(config, dict):
         return None
     arguments = config.get("arguments") if isinstance(config.get("arguments"), dict) else {}
-    identity = {k: v for k, v in config.items() if k not in ("arguments", "argv", "framework_config_arguments")}
+    identity = {k: v for k, v in config.items() if not isinstance(v, (dict, list))}
+    identity.pop("spec_version", None)
     return {**flatten_arguments(arguments), **identity, "status": "error",
             "error_messages": "no results.json: the run was stopped before this experiment finished (the harness "
                               "was killed); it runs again on resume"}

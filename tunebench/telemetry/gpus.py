@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -205,12 +204,3 @@ def resolve_visible_gpus(
             )
         selected.append(gpu)
     return selected
-
-
-def visible_gpus_from_env(gpus: list[GpuInfo] | None = None) -> list[GpuInfo]:
-    """Convenience: the GPUs this process's CUDA_VISIBLE_DEVICES/CUDA_DEVICE_ORDER select."""
-    return resolve_visible_gpus(
-        os.environ.get("CUDA_VISIBLE_DEVICES"),
-        query_gpus() if gpus is None else gpus,
-        cuda_device_order=os.environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST"),
-    )

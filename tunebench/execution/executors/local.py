@@ -15,10 +15,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
-from tunebench.execution import launch
+from tunebench.execution import processes
 from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one
 from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlaps
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 class LocalExecutor:
     name = "local"
 
-    def run(self, experiments: list[Experiment], options: RunOptions,
+    def run(self, experiments: list[ExperimentSpec], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         cuda = experiments[0].device_type == "cuda"
         slots = list(options.available_gpus) if cuda else list(range(cpu_slots(options)))
@@ -41,6 +41,16 @@ class LocalExecutor:
         intervals: dict[int, tuple[float, float | None]] = {}
         pool = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="experiment")
         running: dict[Any, int] = {}
+
+        def record(future, key: int) -> None:
+            intervals[key] = (intervals[key][0], time.monotonic())
+            row = self._row(future, experiments[key], options)
+            row["concurrent_experiments"] = overlaps(intervals, key)
+            row["executor"] = self.name
+            if preload_seconds is not None and row.get("startup_preloaded"):
+                row["startup_preload_seconds"] = preload_seconds
+            finished(key, row)
+
         try:
             while not scheduler.done:
                 for job in scheduler.next_ready():
@@ -53,25 +63,22 @@ class LocalExecutor:
                 for future in done:
                     key = running.pop(future)
                     scheduler.finished(key)
-                    intervals[key] = (intervals[key][0], time.monotonic())
-                    row = self._row(future, experiments[key], options)
-                    row["concurrent_experiments"] = overlaps(intervals, key)
-                    row["executor"] = self.name
-                    if preload_seconds is not None and row.get("startup_preloaded"):
-                        row["startup_preload_seconds"] = preload_seconds
-                    finished(key, row)
+                    record(future, key)
         except BaseException as exc:
             # Ctrl-C, or SIGTERM/SIGHUP turned into an exception by the CLI: the worker threads are blocked
             # in their experiments' waits, so the driver ends every running group itself; each worker then
-            # writes its experiment's row as interrupted (tunebench.execution.experiment_run.run_one).
-            stopped = launch.stop_all(reason=launch.stop_description(exc))
+            # returns its experiment's row as interrupted (experiment_run.run_one), which is recorded here.
+            stopped = processes.stop_all(reason=processes.stop_description(exc))
             logger.warning("stopping: %d running experiment(s) killed", stopped)
             pool.shutdown(wait=True, cancel_futures=True)
+            for future, key in running.items():
+                if future.done() and not future.cancelled():
+                    record(future, key)
             raise
         pool.shutdown(wait=True)
 
     @staticmethod
-    def _warm_preload(experiments: list[Experiment], options: RunOptions) -> float | None:
+    def _warm_preload(experiments: list[ExperimentSpec], options: RunOptions) -> float | None:
         """Start the preload server once (its imports), when some experiment will be forked from it."""
         if not options.preload or not any(e.num_gpus == 1 for e in experiments):
             return None
@@ -82,7 +89,7 @@ class LocalExecutor:
         return seconds
 
     @staticmethod
-    def _row(future, experiment: Experiment, options: RunOptions) -> dict[str, Any]:
+    def _row(future, experiment: ExperimentSpec, options: RunOptions) -> dict[str, Any]:
         try:
             return future.result()
         except Exception as exc:  # a harness bug must cost one row, not the matrix

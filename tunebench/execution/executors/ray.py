@@ -29,9 +29,9 @@ from typing import Any
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions, base_row, run_one
-from tunebench.execution.launch import stop_description
+from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import overlaps
-from tunebench.matrix.expansion import Experiment
+from tunebench.experiment.spec import ExperimentSpec
 from tunebench.results.summaries import write_row
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def ray_missing() -> str | None:
     return None
 
 
-def _task(experiment: Experiment, options: RunOptions) -> tuple[dict[str, Any], bytes | None, dict[str, Any]]:
+def _task(experiment: ExperimentSpec, options: RunOptions) -> tuple[dict[str, Any], bytes | None, dict[str, Any]]:
     """Runs on a Ray worker: the experiment through the normal launch path; returns (row, folder tar, where)."""
     import ray
 
@@ -119,7 +119,7 @@ class RayExecutor:
             first = (str(outcome["error"]).strip().splitlines() or [type(outcome["error"]).__name__])[0][:300]
             raise InputError([InputProblem("command line", "--ray_address", f"cannot join {where}: {first}", fix)])
 
-    def run(self, experiments: list[Experiment], options: RunOptions,
+    def run(self, experiments: list[ExperimentSpec], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         import ray
 
@@ -171,7 +171,7 @@ class RayExecutor:
                     logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
             raise
 
-    def _collect(self, ref, experiment: Experiment, options: RunOptions, intervals, index: int) -> dict[str, Any]:
+    def _collect(self, ref, experiment: ExperimentSpec, options: RunOptions, intervals, index: int) -> dict[str, Any]:
         import ray
 
         try:

@@ -1,23 +1,28 @@
-"""Command line of benchmark.py: parse options, expand and validate the matrix, run it, write the CSVs."""
+"""Command line of benchmark.py: read the options, expand and validate the matrix, run it, write the CSVs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import logging
-import math
-import os
 import sys
 from pathlib import Path
 
-from transformers.hf_argparser import string_to_bool
-
+from tunebench.cli.options import (
+    CPU_SCENARIOS,
+    OPTION_RANGES,
+    REPO_ROOT,
+    booleans,
+    build_parser,
+    numbers,
+    split,
+)
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.guard import HarnessStopped, results_lock, stop_on_signals
 from tunebench.execution.guardian import Guardian
 from tunebench.execution.runner import run_matrix
-from tunebench.experiment.components import parse_memory_logging
+from tunebench.experiment.arguments import parse_memory_logging
 from tunebench.fileio import write_atomic
 from tunebench.matrix.expansion import Matrices, expand
 from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
@@ -28,122 +33,9 @@ from tunebench.telemetry.gpus import query_gpus
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
 SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
                "verify": "tunebench.verify.command"}
-# Ranges of numeric options, checked at the edge: (option, attribute, test, what it must be).
-_RANGES = (
-    ("--timeout", "timeout", lambda v: 0 < v < math.inf, "a number of seconds > 0, e.g. --timeout 3600"),
-    ("--nvidia_smi_loop_ms", "nvidia_smi_loop_ms", lambda v: v >= 1, "a poll period in ms >= 1, e.g. 100"),
-    ("--max_concurrent", "max_concurrent", lambda v: v >= 1, "a count >= 1, e.g. --max_concurrent 2"),
-    ("--cpu_slots", "cpu_slots", lambda v: v >= 0, "a count >= 0 (0: the machine's cores)"),
-    ("--ray_connect_timeout", "ray_connect_timeout", lambda v: 0 < v < math.inf, "seconds > 0, e.g. 30"),
-)
-
-
-def _split(values: list[str]) -> list[str]:
-    """Matrices accept `--opt 1 2`, `--opt "1 2"` and `--opt 1,2` (the shell script passes one string)."""
-    return [v for value in values for v in value.replace(",", " ").split()]
-
-
-def _numbers(values: list[str] | None, option: str, problems: list[InputProblem]) -> list[int] | None:
-    if values is None:
-        return None
-    items = _split(values)
-    try:
-        numbers = [int(v) for v in items]
-    except ValueError:
-        problems.append(InputProblem("command line", option, f"expected whole numbers, got {' '.join(items)!r}",
-                                     f"e.g. {option} 1 2"))
-        return None
-    if not numbers or any(n < 1 for n in numbers):
-        problems.append(InputProblem("command line", option, f"expected positive numbers, got {numbers}",
-                                     f"e.g. {option} 1 2"))
-        return None
-    return numbers
-
-
-def _booleans(values: list[str] | None, problems: list[InputProblem]) -> list[bool] | None:
-    if values is None:
-        return None
-    items = _split(values)
-    try:
-        return [string_to_bool(v) for v in items]
-    except Exception:  # string_to_bool raises ArgumentTypeError with the accepted spellings
-        problems.append(InputProblem("command line", "--packing_matrix", f"expected true/false values, got {items}",
-                                     "e.g. --packing_matrix true false"))
-        return None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="benchmark.py",
-        description="Run a fine-tuning benchmark matrix. Subcommands: `plan` (predict memory, run nothing), "
-                    "`verify` (the scanner against torch's MemTracker here), `compare` (regression check against a "
-                    "reference CSV), `report` (HTML report); e.g. `benchmark.py compare --help`.",
-    )
-    def opt(*names, **kw):  # every option also answers to its dash spelling
-        parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
-
-    opt("--num_gpus_matrix", nargs="+", help="GPU counts (on CPU: process counts), e.g. 1 2 4")
-    opt("--effective_batch_size_matrix", nargs="+", help="effective batch sizes = per-device × grad-accum × GPUs")
-    opt("--max_seq_len_matrix", nargs="+", help="maximum sequence lengths")
-    opt("--packing_matrix", nargs="+", help="packing on/off, e.g. true false")
-    opt("--run_only_scenarios", nargs="+", help="scenario names to run (default: all non-slow)")
-    opt("--include_slow", action="store_true", help="also run scenarios marked `slow: true`")
-    opt("--scenarios_config_path", help=f"scenarios YAML (default scenarios.yaml; {CPU_SCENARIOS} without GPUs)")
-    opt("--defaults_config_path", default=str(REPO_ROOT / "defaults.yaml"))
-    opt("--framework_configs_path", default=str(REPO_ROOT / "framework_configs.yaml"))
-    opt("--accelerate_config", default=str(REPO_ROOT / "accelerate.yaml"), help="accelerate config for N>1")
-    opt("--results_output_path", default="results", help="output folder (CSVs + one folder per experiment): new, "
-        "empty or one tunebench wrote")
-    opt("--overwrite", action="store_true", help="first remove the experiment folders and CSVs of earlier runs in "
-        "the results folder (only what tunebench wrote there; default: keep them and resume)")
-    opt("--dry_run", action="store_true", help="print the matrix and write each command.sh; run nothing")
-    opt("--preload_models", action="store_true", help="load every model's config and tokenizer first")
-    opt("--no_data_processing", action="store_true", help="reuse preprocessed data; fail if not cached")
-    opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (MEMORY_LOGGING=nvidia)")
-    opt("--log_memory_hf", action="store_true", help="HF memory metrics (skip_memory_metrics=False; ~4%% slower)")
-    opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"),
-        help="comma list: scanner, huggingface, nvidia, all, none (env MEMORY_LOGGING; default scanner)")
-    opt("--nvidia_smi_loop_ms", "--loop_ms", type=int, default=100, help="sidecar poll period in ms")
-    opt("--nvidia_smi_backend", choices=["nvidia-smi", "nvml"], default="nvidia-smi",
-        help="sidecar poller: the nvidia-smi CLI or NVML (nvidia-ml-py) in a separate process")
-    opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="auto: cuda if nvidia-smi lists GPUs")
-    opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
-    opt("--no_resume", action="store_true", help="re-run experiments that already completed")
-    opt("--executor", choices=["local", "ray"], default="local",
-        help="local: this machine; ray: one Ray task per experiment on a Ray cluster (pip install 'tunebench[ray]')")
-    opt("--max_concurrent", type=int, default=1,
-        help="local executor: experiments side by side on disjoint GPU sets (CPU: process slots); default 1")
-    opt("--cpu_slots", type=int, default=0, help="CPU runs: process slots to pack onto (default: the cores)")
-    opt("--exclusive_timing", action="store_true",
-        help="run every experiment alone on the machine (a scenario can ask for it with `exclusive: true`)")
-    opt("--ray_address", default=None, help="Ray cluster to join: auto, host:port or ray://host:port (default: a "
-        "local Ray instance)")
-    opt("--ray_connect_timeout", type=float, default=30.0,
-        help="seconds to wait for the Ray cluster at --ray_address before giving up (exit 2); default 30")
-    opt("--ray_transfer", choices=["object", "shared"], default="object",
-        help="how experiment folders reach this machine: object (through Ray) or shared (a shared filesystem)")
-    opt("--plan", action="store_true",
-        help="predict each experiment's memory by category before launching (pred_* columns); `benchmark.py "
-        "plan` does only that")
-    opt("--plan_device", default=None, help="GPU to plan for: a name (\"NVIDIA H100 80GB HBM3\") or a size "
-        "(80GiB); default: the GPUs present")
-    opt("--skip_predicted_oom", action="store_true",
-        help="experiments predicted not to fit are `skipped` with the predicted peak (implies --plan)")
-    opt("--no_preload", action="store_true",
-        help="start every experiment in a fresh interpreter (default: fork single-process ones from a server "
-        "that imported torch/transformers/TRL once)")
-    opt("--compare_with", help="reference CSV: compare this run's results with it after the matrix (exit 1 on regression)")
-    opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",
-        help="thresholds for --compare_with, as `benchmark.py compare --threshold` (e.g. throughput=50)")
-    opt("--log_level", default="INFO")
-    return parser
-
-
 def plan(options: argparse.Namespace):
     """Load, expand and validate; raises InputError with every problem found."""
     problems: list[InputProblem] = []
@@ -159,10 +51,10 @@ def plan(options: argparse.Namespace):
 
     accelerate_config = load_yaml(options.accelerate_config, problems) or {}
     matrices = Matrices(
-        num_gpus=_numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
-        effective_batch_size=_numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
-        max_seq_len=_numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
-        packing=_booleans(options.packing_matrix, problems),
+        num_gpus=numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
+        effective_batch_size=numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
+        max_seq_len=numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
+        packing=booleans(options.packing_matrix, problems),
     )
     try:
         memory_logging = parse_memory_logging(options.memory_logging)
@@ -173,10 +65,11 @@ def plan(options: argparse.Namespace):
     memory_logging |= {"nvidia"} if options.log_nvidia_smi else set()
     memory_logging |= {"huggingface"} if options.log_memory_hf else set()
     problems += results_folder.check(options.results_output_path)
-    for option, attribute, test, fix in _RANGES:
-        value = getattr(options, attribute)
-        if not test(value):
-            problems.append(InputProblem("command line", option, f"out of range: {value}", f"give {fix}"))
+    for option, allowed in OPTION_RANGES.items():
+        value = getattr(options, option.lstrip("-"))
+        if allowed.problem(value):
+            problems.append(InputProblem("command line", option, f"out of range: {value}",
+                                        f"give a value {allowed.describe()}"))
     if options.executor != "local" and not options.dry_run:
         from tunebench.execution.executors import make_executor
 
@@ -188,7 +81,7 @@ def plan(options: argparse.Namespace):
         raise InputError(problems)
     selected = scenario_file.scenarios
     if options.run_only_scenarios:
-        wanted = _split(options.run_only_scenarios)
+        wanted = split(options.run_only_scenarios)
         names = {s.name for s in selected}
         for name in wanted:
             if name not in names:
@@ -202,7 +95,8 @@ def plan(options: argparse.Namespace):
                          device_type, accelerate_config, problems, scenarios_source=scenarios_path)
     sources = Sources(defaults, options.defaults_config_path, {s.name: s.arguments for s in selected},
                       scenarios_path, scenario_file.data_processing, options.framework_configs_path)
-    problems += validate(experiments, sources, cuda_here=bool(gpus))
+    experiments, found = validate(experiments, sources, cuda_here=bool(gpus))
+    problems += found
     if problems:
         raise InputError(problems)
     if options.executor != "local" and not options.dry_run:

@@ -1,0 +1,143 @@
+"""benchmark.py's options: one argparse parser whose help texts, types and ranges are the README's option table.
+
+`python -m tunebench.cli.readme_tables` writes that table (and the training arguments') into the README; a test
+fails when they differ, so the README, `--help` and the checks cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from transformers.hf_argparser import string_to_bool
+
+from tunebench.errors import InputProblem
+from tunebench.experiment.ranges import Range
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CPU_SCENARIOS = "scenarios-cpu.yaml"
+# Ranges of numeric options, checked at the edge (exit 2, naming the option and its range).
+OPTION_RANGES: dict[str, Range] = {
+    "--timeout": Range(0, low_open=True), "--nvidia_smi_loop_ms": Range(1), "--max_concurrent": Range(1),
+    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True),
+}
+# The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
+MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
+                "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list"}
+MATRIX_RANGE = Range(1)  # what `numbers` accepts
+SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
+                   "against torch's MemTracker on this machine), `compare` (regression check against a reference "
+                   "CSV), `report` (HTML report); e.g. `benchmark.py compare --help`")
+
+
+def split(values: list[str]) -> list[str]:
+    """Matrices accept `--opt 1 2`, `--opt "1 2"` and `--opt 1,2` (the shell script passes one string)."""
+    return [v for value in values for v in value.replace(",", " ").split()]
+
+
+def numbers(values: list[str] | None, option: str, problems: list[InputProblem]) -> list[int] | None:
+    if values is None:
+        return None
+    items = split(values)
+    try:
+        found = [int(v) for v in items]
+    except ValueError:
+        problems.append(InputProblem("command line", option, f"expected whole numbers, got {' '.join(items)!r}",
+                                     f"e.g. {option} 1 2"))
+        return None
+    if not found or any(n < 1 for n in found):
+        problems.append(InputProblem("command line", option, f"expected positive numbers, got {found}",
+                                     f"e.g. {option} 1 2"))
+        return None
+    return found
+
+
+def booleans(values: list[str] | None, problems: list[InputProblem]) -> list[bool] | None:
+    if values is None:
+        return None
+    items = split(values)
+    try:
+        return [string_to_bool(v) for v in items]
+    except Exception:  # string_to_bool raises ArgumentTypeError with the accepted spellings
+        problems.append(InputProblem("command line", "--packing_matrix", f"expected true/false values, got {items}",
+                                     "e.g. --packing_matrix true false"))
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmark.py", description="Run a fine-tuning benchmark matrix. "
+                                     + SUBCOMMAND_HELP + ".")
+
+    def opt(*names, **kw):  # every option also answers to its dash spelling
+        parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+
+    opt("--num_gpus_matrix", nargs="+", metavar="N",
+        help="GPU counts; on CPU, process counts (gloo). Default 1")
+    opt("--effective_batch_size_matrix", nargs="+", metavar="B",
+        help="effective batch = per-device batch × grad accumulation × GPUs. An explicit "
+        "`per_device_train_batch_size` derives grad accumulation; else an explicit `gradient_accumulation_steps` "
+        "derives the per-device batch; else grad accumulation is 1. Indivisible → exit 2")
+    opt("--max_seq_len_matrix", nargs="+", metavar="L", help="sequence lengths")
+    opt("--packing_matrix", nargs="+", metavar="BOOL", help="packing on/off, e.g. true false")
+    opt("--run_only_scenarios", nargs="+", metavar="NAME", help="run only these scenarios (default: all but "
+        "`slow: true` ones)")
+    opt("--include_slow", action="store_true", help="also run `slow: true` scenarios")
+    opt("--scenarios_config_path", metavar="YAML",
+        help=f"scenarios (default `scenarios.yaml`; `{CPU_SCENARIOS}` when no GPU is present)")
+    opt("--defaults_config_path", metavar="YAML", default=str(REPO_ROOT / "defaults.yaml"),
+        help="arguments of every experiment (`defaults.yaml`)")
+    opt("--framework_configs_path", metavar="YAML", default=str(REPO_ROOT / "framework_configs.yaml"),
+        help="framework configs (`framework_configs.yaml`)")
+    opt("--accelerate_config", metavar="YAML", default=str(REPO_ROOT / "accelerate.yaml"),
+        help="accelerate config of multi-process runs (`accelerate.yaml`); must exist")
+    opt("--results_output_path", metavar="DIR", default="results",
+        help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (README \"What tunebench "
+        "does with your files\"). One harness per folder: a second one is refused (exit 2, naming the holder)")
+    opt("--overwrite", action="store_true", help="first remove the experiment folders and CSVs of earlier runs in "
+        "the results folder (only what tunebench wrote there); without it, finished experiments are reused")
+    opt("--dry_run", action="store_true", help="print the matrix, write each experiment's spec.json and command.sh, "
+        "run nothing (no GPU needed); never rewrites the files of an experiment that already ran")
+    opt("--plan", action="store_true", help="predict each experiment's memory before launching it (`pred_*` "
+        "columns); `benchmark.py plan` predicts only, prints the table and writes `<out>/plan.csv`")
+    opt("--plan_device", metavar="GPU|SIZE", default=None, help="GPU to plan for: a name (\"NVIDIA H100 80GB "
+        "HBM3\") or a size (`80GiB`); default the GPUs present. On a CPU matrix, a per-process budget")
+    opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
+        "predicted peak and the capacity (implies `--plan`)")
+    opt("--executor", choices=["local", "ray"], default="local",
+        help="where experiments run: this machine, or one Ray task each on a Ray cluster (`tunebench[ray]`)")
+    opt("--max_concurrent", type=int, default=1, metavar="N",
+        help="local executor: up to N experiments at once on disjoint GPU sets (CPU: process slots)")
+    opt("--cpu_slots", type=int, default=0, metavar="N", help="CPU runs: process slots to pack onto (0: the cores)")
+    opt("--exclusive_timing", action="store_true",
+        help="every experiment alone on the machine (a scenario can ask with `exclusive: true`)")
+    opt("--ray_address", default=None, metavar="ADDR", help="Ray cluster to join (`auto`, `host:port`, "
+        "`ray://host:port`); default a new local Ray instance")
+    opt("--ray_connect_timeout", type=float, default=30.0, metavar="S",
+        help="seconds to wait for the cluster at `--ray_address`; unreachable → exit 2")
+    opt("--ray_transfer", choices=["object", "shared"], default="object",
+        help="how experiment folders come back: through Ray's object store, or a filesystem shared by every node")
+    opt("--no_preload", action="store_true",
+        help="start every experiment in a new interpreter instead of forking it from the preload server")
+    opt("--preload_models", action="store_true", help="load every model's config and tokenizer before the matrix")
+    opt("--no_data_processing", action="store_true", help="reuse the preprocessed-data cache; a missing entry is "
+        "exit 2")
+    opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (= `--memory_logging` "
+        "with `nvidia`): a separate poller restricted to the experiment's GPUs, baseline subtracted, always reaped")
+    opt("--nvidia_smi_loop_ms", "--loop_ms", type=int, default=100, metavar="MS", help="sidecar poll period")
+    opt("--nvidia_smi_backend", choices=["nvidia-smi", "nvml"], default="nvidia-smi",
+        help="poll with the nvidia-smi CLI or NVML (nvidia-ml-py), both in a separate process")
+    opt("--log_memory_hf", action="store_true", help="HF `skip_memory_metrics=False` columns (costs ~4%% throughput)")
+    opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"), metavar="MODES",
+        help="comma list of `scanner`, `huggingface`, `nvidia`, `all`, `none` (env `MEMORY_LOGGING`)")
+    opt("--timeout", type=float, default=3600.0, metavar="S", help="per-experiment timeout in seconds")
+    opt("--no_resume", action="store_true", help="re-run experiments that already completed")
+    opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when nvidia-smi lists GPUs")
+    opt("--compare_with", metavar="CSV", help="after the run, compare with a reference (exit 1 on regression)")
+    opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",
+        help="thresholds for `--compare_with`, as `benchmark.py compare --threshold`")
+    opt("--log_level", default="INFO", help="logging level of the harness")
+    return parser

@@ -1,0 +1,33 @@
+"""Launchers start an experiment's processes: one module each, one line in LAUNCHERS to add another.
+
+`python` (a new interpreter), `forkserver` (forked from the preload server: the default for one process),
+`torchrun` (N ranks on CPU, gloo) and `accelerate` (N ranks on GPUs). `choose` picks one for an experiment.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tunebench.execution.launchers.accelerate import AccelerateLauncher, AccelerateSettings
+from tunebench.execution.launchers.base import LaunchCommand, Launcher, command_script
+from tunebench.execution.launchers.forkserver import ForkserverLauncher
+from tunebench.execution.launchers.python import PythonLauncher
+from tunebench.execution.launchers.torchrun import TorchrunLauncher
+from tunebench.experiment.spec import ExperimentSpec
+
+logger = logging.getLogger(__name__)
+
+LAUNCHERS = {launcher.name: launcher for launcher in (PythonLauncher, ForkserverLauncher, TorchrunLauncher,
+                                                      AccelerateLauncher)}
+
+__all__ = ["LAUNCHERS", "LaunchCommand", "Launcher", "choose", "command_script"]
+
+
+def choose(spec: ExperimentSpec, preload: bool, accelerate_config: str | None) -> Launcher:
+    """The launcher an experiment runs with: several processes need a launcher of ranks; one is forked from the
+    preload server unless preloading is off."""
+    if spec.num_gpus > 1:
+        if spec.device_type == "cpu":
+            return TorchrunLauncher()
+        return AccelerateLauncher(AccelerateSettings(config_file=accelerate_config))
+    return ForkserverLauncher() if preload else PythonLauncher()

@@ -1,0 +1,135 @@
+"""Experiment processes: run one in its own process group with a timeout, and kill every group when the harness stops."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ProcessOutcome:
+    returncode: int | None
+    timed_out: bool
+    wall_seconds: float
+    started_unix: float = 0.0  # wall clock when the process was spawned
+
+
+def kill_process_group(proc, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the whole group (launcher + every rank), then SIGKILL what is left: no orphans.
+
+    `proc` is a Popen or a PreloadedProcess; its pid is its process group id (both start a new session).
+    """
+    if proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            if proc.poll() is not None:
+                return
+            os.kill(proc.pid, sig)  # a fork not yet in its own session: signal the process itself
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.05)
+    proc.wait(timeout=5)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is still in the group. Zombies count as gone: they hold no
+    memory or GPU and are reaped by whoever inherited them."""
+    proc_root = "/proc"
+    if not os.path.isdir(proc_root):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc_root}/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def run_process(launcher, command, stdout_path: Path, stderr_path: Path,
+                timeout_seconds: float | None) -> ProcessOutcome:
+    """Start `command` with `launcher` and wait for it, or for the timeout; on timeout or Ctrl-C the whole
+    process group is killed."""
+    start, started_unix = time.monotonic(), time.time()
+    proc = launcher.start(command, stdout_path, stderr_path)
+    return _wait(proc, start, started_unix, timeout_seconds)
+
+
+# Every experiment process group currently running in this harness (the executors' worker threads start
+# them): `stop_all()` ends them all when the harness is interrupted or terminated, and records why, so each
+# interrupted experiment's row names the cause.
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+_STOP = {"reason": None}
+
+
+def stop_description(exc: BaseException) -> str:
+    """What stopped the harness, for the rows of the experiments it interrupted."""
+    signum = getattr(exc, "signum", None)
+    if signum is not None:
+        return signal.Signals(signum).name
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT (Ctrl-C)"
+    return f"a harness error ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def stop_reason() -> str | None:
+    """Why the harness is stopping (set by stop_all), or None while it runs normally."""
+    return _STOP["reason"]
+
+
+def reset_stop() -> None:
+    _STOP["reason"] = None
+
+
+def stop_all(grace_seconds: float = 3.0, reason: str = "a stop request") -> int:
+    """Kill every running experiment's process group; returns how many there were."""
+    _STOP["reason"] = reason
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        kill_process_group(proc, grace_seconds=grace_seconds)
+    return len(running)
+
+
+def _wait(proc, start: float, started_unix: float, timeout_seconds: float | None) -> ProcessOutcome:
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        returncode = proc.wait(timeout=timeout_seconds)
+        # Ranks can outlive a launcher that exited early; reap the group either way.
+        kill_process_group(proc, grace_seconds=2.0)
+        return ProcessOutcome(returncode, False, time.monotonic() - start, started_unix)
+    except subprocess.TimeoutExpired:
+        logger.warning("experiment timed out after %.0f s; killing its process group", timeout_seconds)
+        kill_process_group(proc)
+        return ProcessOutcome(proc.returncode, True, time.monotonic() - start, started_unix)
+    except BaseException:  # Ctrl-C, SIGTERM/SIGHUP turned into exceptions: stop the experiment first
+        kill_process_group(proc, grace_seconds=3.0)
+        raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
