@@ -138,7 +138,8 @@ def _select_metrics(ref, new, patterns, thresholds, directions, min_effects, not
         )
     # A minimum effect means something only where significance is tested: time and throughput metrics.
     timed = [c for c in ref_m + new_m if rules.metric_family(c) in ("time", "throughput")]
-    off = rules.unknown_override_names([n for n in min_effects if n not in ("time", "throughput")], timed)
+    off = [n for n in min_effects if n not in ("time", "throughput") and (n in rules.DEFAULT_RULES or
+                                                                          rules.unknown_override_names([n], timed))]
     if off:
         raise CompareInputError(f"--min_effect {off}: only time and throughput metrics have a minimum effect; "
                                 "use --threshold for the others")

@@ -232,7 +232,8 @@ def _comparison_section(result: cmp.CompareResult) -> str:
                 rules.format_value(r.metric, r.new) if isinstance(r.metric, str) else r.status_new,
                 signed_pct(r.delta_pct),
             ]
-            for r in out.fillna({"status_reference": "", "status_new": ""}).itertuples()
+            for r in out.astype({"status_reference": object, "status_new": object}).fillna(
+                {"status_reference": "", "status_new": ""}).itertuples()
         ]
         parts.append(
             _table(
