@@ -321,3 +321,13 @@ def test_report_shows_the_tested_verdicts_with_intervals(tmp_path):
     page = report.write_report(tmp_path / "new", tmp_path / "r.html", reference=tmp_path / "ref.csv").read_text()
     assert "significance and effect size" in page and '<table class="verdicts">' in page
     assert "<td>regression</td>" in page and "99 % CI +" in page
+
+
+def test_an_all_digit_experiment_id_keeps_its_samples(tmp_path):
+    """A hex hash can be all digits: read as a number it would lose its leading zero and its samples."""
+    make_results(tmp_path / "ref", {"012345678901": iid(50, 0.01, 1)})
+    make_results(tmp_path / "new", {"012345678901": iid(50, 0.01, 2) * 1.08})
+    assert compare_cli.main(["--write_reference", str(tmp_path / "ref.csv"), "--results", str(tmp_path / "ref")]) == 0
+    result = compare.compare_paths(tmp_path / "ref.csv", tmp_path / "new", tmp_path / "c", charts=False)
+    judged = result.comparison.set_index("metric").loc[MEDIAN]
+    assert judged["method"] == "block bootstrap" and judged["verdict"] == "regression"

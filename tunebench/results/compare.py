@@ -70,7 +70,7 @@ def _group(df: pd.DataFrame, keys: list[str], metrics: list[str], arguments: lis
             "_n_ok": len(ok),
             "_status": OK if bad.empty else ",".join(sorted(set(bad["_status"]))),
             "_error": next((e for e in bad["_error"] if e), ""),
-            "_ids": tuple(ok["experiment_id"].map(canonical)) if "experiment_id" in ok else (),
+            "_ids": tuple(ok["experiment_id"].astype(str).str.strip()) if "experiment_id" in ok else (),
             "_median_step": float(steps[ok.index].median()) if steps[ok.index].notna().any() else np.nan,
         }
         for c in environment:

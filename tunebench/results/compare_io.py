@@ -34,7 +34,9 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
     if not p.is_file():
         raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV)")
     try:
-        df = pd.read_csv(p)
+        # experiment_id is a hex hash: one that happens to be all digits must not become a number (and lose
+        # its leading zeros), or its step samples would not be found.
+        df = pd.read_csv(p, dtype={"experiment_id": str})
     except pd.errors.EmptyDataError:
         raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
