@@ -292,6 +292,7 @@ def test_rows_without_samples_fall_back_to_the_threshold_rule(tmp_path):
     ("unknown_min_effect", ["timme", "fix the spelling"]),
     ("two_results", ["exactly one --results"]),
     ("reference_not_csv", ["must be a .csv"]),
+    ("write_and_compare", ["takes no --reference"]),
 ])  # fmt: skip
 def test_bad_sample_input_exits_2(tmp_path, capsys, case, expected):
     make_results(tmp_path / "r", {"aaaaaaaaaaaa": iid(30, 0.01, 1)})
@@ -308,6 +309,8 @@ def test_bad_sample_input_exits_2(tmp_path, capsys, case, expected):
         args.insert(4, str(tmp_path / "r"))
     elif case == "reference_not_csv":
         args = ["--write_reference", str(tmp_path / "x.json"), "--results", str(tmp_path / "r")]
+    elif case == "write_and_compare":
+        args += ["--write_reference", str(tmp_path / "y.csv")]
     capsys.readouterr()
     assert compare_cli.main(args) == 2
     err = capsys.readouterr().err

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+    if args.write_reference and args.reference:
+        print("error: --write_reference writes a reference from --results; it takes no --reference", file=sys.stderr)
+        return 2
     if args.write_reference:
         try:
             _, _, summary = write_reference(args.results, args.write_reference)
