@@ -1,7 +1,8 @@
 """Regression comparison of results against a reference CSV: join, judge every metric, write the findings.
 
 The command line is tunebench.results.compare_cli; the rules (families, thresholds, noise bands) are
-tunebench.results.compare_rules.
+tunebench.results.compare_rules; steady time and throughput metrics with step samples (tunebench.results.samples)
+are judged by significance and effect size in tunebench.results.compare_samples.
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ import pandas as pd
 
 from tunebench.fileio import write_atomic
 from tunebench.results import compare_rules as rules
+from tunebench.results import compare_samples as sampled
+from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
 from tunebench.results.compare_markdown import render_markdown
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
+from tunebench.results.samples import Runs, load_samples
 
 logger = logging.getLogger(__name__)
 
 OK = "ok"
 SKIPPED = "skipped"
-
-
-class CompareInputError(ValueError):
-    """Bad input (missing file, malformed CSV, no common key...): the message names the file and the fix."""
 
 
 @dataclass
@@ -37,7 +37,7 @@ class CompareResult:
     exit_code: int
     markdown: str
     comparison: pd.DataFrame  # one row per (matched experiment, metric) with its verdict
-    outliers: pd.DataFrame  # every finding: regression, improvement, failed, fixed, missing, new
+    outliers: pd.DataFrame  # every finding: regression, unstable, improvement, failed, fixed, missing, new
     changed_arguments: pd.DataFrame  # label, argument, reference, new
     keys: list[str]
     notes: list[str] = field(default_factory=list)
@@ -49,66 +49,13 @@ class CompareResult:
         return self.outliers[self.outliers["regression"]]
 
 
-# ----------------------------------------------------------------------------------------------- loading
-def resolve_results_csv(path: str | os.PathLike) -> Path:
-    """A results directory means ``<dir>/raw_summary.csv``; a file is used as is."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "raw_summary.csv"
-        if not p.is_file():
-            raise CompareInputError(
-                f"{p}: no raw_summary.csv in the results directory; run the benchmark first or pass the CSV path"
-            )
-    return p
-
-
-def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
-    """Read one harness CSV, raising CompareInputError with the file name and the fix on any problem."""
-    p = Path(path)
-    if not p.is_file():
-        raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV)")
-    try:
-        df = pd.read_csv(p)
-    except pd.errors.EmptyDataError:
-        raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CompareInputError(
-            f"{role} {p}: malformed CSV ({exc}); regenerate it with the benchmark"
-        ) from None
-    if not isinstance(df.index, pd.RangeIndex):
-        # pandas silently turns surplus leading fields into an index when every row is too long.
-        raise CompareInputError(
-            f"{role} {p}: malformed CSV (rows have more fields than the header); regenerate it"
-        )
-    if df.empty:
-        raise CompareInputError(f"{role} {p}: the CSV has a header but no rows; nothing to compare")
-    if df.columns.duplicated().any():
-        dup = sorted(set(df.columns[df.columns.duplicated()]))
-        raise CompareInputError(f"{role} {p}: duplicate column(s) {dup}; fix the header")
-    df.attrs["path"] = str(p)
-    return df
-
-
-def _numeric_metrics(df: pd.DataFrame, columns: list[str], role: str) -> pd.DataFrame:
-    """Coerce metric columns to float; a non-numeric cell is an input error, never silently NaN."""
-    df = df.copy()
-    for col in columns:
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise CompareInputError(
-                f"{role} {df.attrs.get('path', '?')}: column {col!r} row {row + 2} holds non-numeric "
-                f"{df[col].iloc[row]!r}; metric cells must be numbers or empty"
-            )
-        df[col] = values.astype(float)
-    return df
-
-
 # ----------------------------------------------------------------------------------------------- judging
 def _group(df: pd.DataFrame, keys: list[str], metrics: list[str], arguments: list[str]) -> pd.DataFrame:
-    """One row per experiment key: repeat count, status summary, medians and spreads over ok rows."""
+    """One row per experiment key: repeat count, status summary, medians and spreads over ok rows, the ok rows'
+    experiment ids and median step time (to find and check their step samples), environment values."""
     df = df.copy()
+    steps = pd.to_numeric(df.get(sampled.MEDIAN_COLUMN, pd.Series(np.nan, index=df.index)), errors="coerce")
+    environment = sorted(c for c in rules.ENVIRONMENT_COLUMNS if c in df.columns)
     df["_key"] = df[keys].apply(lambda row: "\x1f".join(canonical(v) for v in row), axis=1)
     status = df["status"].map(canonical).str.lower().replace("", "unknown") if "status" in df else OK
     df["_status"] = status
@@ -123,7 +70,11 @@ def _group(df: pd.DataFrame, keys: list[str], metrics: list[str], arguments: lis
             "_n_ok": len(ok),
             "_status": OK if bad.empty else ",".join(sorted(set(bad["_status"]))),
             "_error": next((e for e in bad["_error"] if e), ""),
+            "_ids": tuple(ok["experiment_id"].astype(str).str.strip()) if "experiment_id" in ok else (),
+            "_median_step": float(steps[ok.index].median()) if steps[ok.index].notna().any() else np.nan,
         }
+        for c in environment:
+            row[f"{c}__env"] = ", ".join(sorted({canonical(v) for v in grp[c]} - {""})) or "∅"
         for k in keys:
             row[k] = grp[k].iloc[0]
         for m in metrics:
@@ -165,7 +116,7 @@ def _resolve_keys(
     return chosen
 
 
-def _select_metrics(ref, new, patterns, thresholds, directions, notes) -> list[str]:
+def _select_metrics(ref, new, patterns, thresholds, directions, min_effects, notes) -> list[str]:
     ref_m = [c for c in ref.columns if rules.metric_family(c)]
     new_m = [c for c in new.columns if rules.metric_family(c)]
     common = [c for c in ref_m if c in new_m]
@@ -179,12 +130,19 @@ def _select_metrics(ref, new, patterns, thresholds, directions, notes) -> list[s
                 f"--metrics {unmatched}: no common metric column matches; available: {', '.join(common)}"
             )
         common = [c for c in common if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
-    unknown = rules.unknown_override_names(list(thresholds) + list(directions), ref_m + new_m)
+    unknown = rules.unknown_override_names(list(thresholds) + list(directions) + list(min_effects), ref_m + new_m)
     if unknown:
         raise CompareInputError(
-            f"--threshold/--direction name(s) {unknown} match no metric column and no family "
+            f"--threshold/--direction/--min_effect name(s) {unknown} match no metric column and no family "
             f"({', '.join(rules.DEFAULT_RULES)}); fix the spelling"
         )
+    # A minimum effect means something only where significance is tested: time and throughput metrics.
+    timed = [c for c in ref_m + new_m if rules.metric_family(c) in ("time", "throughput")]
+    off = [n for n in min_effects if n not in ("time", "throughput") and (n in rules.DEFAULT_RULES or
+                                                                          rules.unknown_override_names([n], timed))]
+    if off:
+        raise CompareInputError(f"--min_effect {off}: only time and throughput metrics have a minimum effect; "
+                                "use --threshold for the others")
     return common
 
 
@@ -199,14 +157,16 @@ def _environment_diff(ref: pd.DataFrame, new: pd.DataFrame) -> list[tuple[str, s
     return diffs
 
 
-# Columns of outliers.csv; status/error columns are empty for metric findings and vice versa.
+# Columns of outliers.csv; status/error columns are empty for metric findings and vice versa, the test columns
+# are filled for metrics judged from step samples only.
 OUTLIER_COLUMNS = (
     "kind regression metric family direction threshold_pct noise_pct reference new delta delta_pct "
-    "n_reference n_new status_reference status_new error detail"
+    "n_reference n_new status_reference status_new error detail method min_effect_pct p_value ci_low ci_high "
+    "interval_pct why"
 ).split()
-
-
-KIND_ORDER = ("regression", "failed", "missing", "improvement", "fixed", "new")
+# Metric verdicts that become findings (outliers.csv, the summary's tables).
+FLAGGED = ("regression", "unstable", "improvement")
+KIND_ORDER = ("regression", "failed", "missing", "unstable", "improvement", "fixed", "new")
 
 
 def _status_finding(ref: pd.Series, new: pd.Series) -> dict | None:
@@ -221,15 +181,46 @@ def _status_finding(ref: pd.Series, new: pd.Series) -> dict | None:
     return None
 
 
-def _metric_row(metric: str, ref: pd.Series, new: pd.Series, rule: rules.MetricRule) -> dict:
+def _metric_row(metric: str, ref: pd.Series, new: pd.Series, rule: rules.MetricRule, sides) -> dict:
     spreads = (ref[f"{metric}__spread"], new[f"{metric}__spread"])
+    if sampled.is_sampled(metric):
+        key = ref.name
+        ref_side = sides[0].get(key, ref["_ids"], ref["_median_step"])
+        new_side = sides[1].get(key, new["_ids"], new["_median_step"])
+        verdict = sampled.judge_sampled(metric, ref[metric], new[metric], ref_side, new_side, spreads, rule)
+    else:
+        verdict = {**judge(ref[metric], new[metric], *spreads, rule), "method": "threshold", "detail": ""}
     return {
         "metric": metric, "family": rule.family, "direction": rule.direction,
         "threshold_pct": rule.threshold_pct, "reference": ref[metric], "new": new[metric],
-        "reference_spread": spreads[0], "new_spread": spreads[1],
-        **judge(ref[metric], new[metric], *spreads, rule),
+        "reference_spread": spreads[0], "new_spread": spreads[1], **verdict,
         "n_reference": int(ref["_n_ok"]), "n_new": int(new["_n_ok"]),
     }  # fmt: skip
+
+
+def _why(changed: list[dict], ref: pd.Series, new: pd.Series) -> str:
+    """The arguments and environment values (versions, GPU, driver, git sha) of this pair that differ."""
+    parts = [f"{c['argument']} {c['reference'] or '∅'} → {c['new'] or '∅'}" for c in changed]
+    for column in sorted(c.removesuffix("__env") for c in ref.index if c.endswith("__env")):
+        if f"{column}__env" in new.index and ref[f"{column}__env"] != new[f"{column}__env"]:
+            parts.append(f"{column} {ref[f'{column}__env']} → {new[f'{column}__env']}")
+    return "; ".join(parts) or "no argument or environment difference"
+
+
+def _sample_notes(metric_cols: list[str], comparison: list[dict], sources: tuple[str, str] | None) -> list[str]:
+    """How the steady time and throughput metrics were judged: the method, or why the threshold rule was used."""
+    if not any(sampled.is_sampled(m) for m in metric_cols):
+        return []
+    notes = [f"step samples: reference {sources[0]}; results {sources[1]}"] if sources else []
+    rows = [r for r in comparison if sampled.is_sampled(r["metric"]) and r.get("method")]
+    tested = sum(r["method"] != "threshold" for r in rows)
+    notes.append(f"{tested} of {len(rows)} steady time/throughput row(s) judged by significance and effect size "
+                 "(block bootstrap of step times, 99 % interval, minimum effect; docs/compare.md)")
+    reasons = sorted({r["detail"].removeprefix("threshold rule: ") for r in rows if r["method"] == "threshold"})
+    if reasons:
+        notes.append(f"{len(rows) - tested} judged by the threshold rule instead: " + "; ".join(reasons[:5]) +
+                     (" ..." if len(reasons) > 5 else ""))
+    return notes
 
 
 def compare_frames(
@@ -241,11 +232,20 @@ def compare_frames(
     directions: dict[str, str] | None = None,
     metrics: list[str] | None = None,
     allow_missing: bool = False,
+    min_effects: dict[str, float] | None = None,
+    reference_samples: Runs | None = None,
+    results_samples: Runs | None = None,
+    sample_sources: tuple[str, str] | None = None,
 ) -> CompareResult:
-    """Join results to reference on ``keys`` and judge every common metric; pure, writes nothing."""
-    thresholds, directions, notes = dict(thresholds or {}), dict(directions or {}), []
+    """Join results to reference on ``keys`` and judge every common metric; pure, writes nothing.
+
+    ``*_samples`` (experiment_id -> runs of steady step seconds) let steady time and throughput metrics be judged
+    by significance and effect size; without them those metrics fall back to the threshold rule.
+    """
+    thresholds, directions, min_effects, notes = dict(thresholds or {}), dict(directions or {}), \
+        dict(min_effects or {}), []
     keys = _resolve_keys(reference, results, keys, notes)
-    metric_cols = _select_metrics(reference, results, metrics, thresholds, directions, notes)
+    metric_cols = _select_metrics(reference, results, metrics, thresholds, directions, min_effects, notes)
     results_ok = results["status"].map(canonical).str.lower().eq(OK).any() if "status" in results else True
     if not metric_cols and results_ok:
         # Nothing could be judged: "0 regressions" would be a pass that checked nothing.
@@ -253,8 +253,8 @@ def compare_frames(
             f"reference {reference.attrs.get('path', '?')} and results {results.attrs.get('path', '?')} share no "
             "metric column, so nothing can be compared; pass a reference made by this benchmark (same columns)"
         )
-    ref = _numeric_metrics(reference, metric_cols, "reference")
-    new = _numeric_metrics(results, metric_cols, "results")
+    ref = numeric_metrics(reference, metric_cols, "reference")
+    new = numeric_metrics(results, metric_cols, "results")
     arg_cols = [c for c in ref.columns if c in new.columns and c not in keys and rules.is_argument_column(c)]
     g_ref, g_new = _group(ref, keys, metric_cols, arg_cols), _group(new, keys, metric_cols, arg_cols)
     if "status" not in reference.columns or "status" not in results.columns:
@@ -263,6 +263,7 @@ def compare_frames(
     union = pd.concat([g_ref[keys], g_new[keys].loc[~g_new.index.isin(g_ref.index)]])
     labels = experiment_labels(union, keys)
     findings, comparison, changed = [], [], []
+    sides = (sampled.Sides(reference_samples, "reference"), sampled.Sides(results_samples, "results"))
     for key in union.index:
         ident = {"label": labels[key], **union.loc[key, keys].to_dict()}
         if key not in g_new.index:
@@ -281,21 +282,21 @@ def compare_frames(
         status = _status_finding(r, n)
         if status:
             findings.append({**ident, "status_reference": r["_status"], "status_new": n["_status"], **status})
-        changed += [
-            {
-                "label": labels[key],
-                "argument": a,
-                "reference": canonical(r[f"{a}__arg"]),
-                "new": canonical(n[f"{a}__arg"]),
-            }
+        pair = [
+            {"label": labels[key], "argument": a, "reference": canonical(r[f"{a}__arg"]),
+             "new": canonical(n[f"{a}__arg"])}
             for a in arg_cols
             if canonical(r[f"{a}__arg"]) != canonical(n[f"{a}__arg"])
-        ]
+        ]  # fmt: skip
+        changed += pair
         for m in metric_cols:
-            row = {**ident, **_metric_row(m, r, n, rules.rule_for(m, thresholds, directions))}
+            rule = rules.rule_for(m, thresholds, directions, min_effects)
+            row = {**ident, **_metric_row(m, r, n, rule, sides)}
             comparison.append(row)
-            if row["verdict"] in ("regression", "improvement"):
-                findings.append({**row, "kind": row["verdict"], "regression": row["verdict"] == "regression"})
+            if row["verdict"] in FLAGGED:
+                findings.append({**row, "kind": row["verdict"], "regression": row["verdict"] == "regression",
+                                 "why": _why(pair, r, n)})  # fmt: skip
+    notes += _sample_notes(metric_cols, comparison, sample_sources)
 
     outliers = pd.DataFrame(findings).reindex(columns=["label", *keys, *OUTLIER_COLUMNS])
     # Worst first, so the top of outliers.csv and of every table is what broke the build.
@@ -349,18 +350,23 @@ def compare_paths(
     metrics: list[str] | None = None,
     allow_missing: bool = False,
     charts: bool = True,
+    min_effects: dict[str, float] | list[str] | None = None,
 ) -> CompareResult:
-    """Load both CSVs, compare, write outputs to ``out_dir`` (default ``<results dir>/compare``).
+    """Load both CSVs and their step samples, compare, write outputs to ``out_dir`` (default
+    ``<results dir>/compare``). The reference's samples are its sidecar; the results' are its experiment folders
+    (or its sidecar, for a CSV).
 
     Raises CompareInputError (exit code 2 in ``main``) on a bad file or option.
     """
     try:
         thresholds = thresholds if isinstance(thresholds, dict) else rules.parse_thresholds(thresholds)
         directions = directions if isinstance(directions, dict) else rules.parse_directions(directions)
+        min_effects = min_effects if isinstance(min_effects, dict) else rules.parse_min_effects(min_effects)
     except ValueError as exc:
         raise CompareInputError(str(exc)) from None
     results_csv = resolve_results_csv(results)
     ref_df, new_df = load_csv(reference, "reference"), load_csv(results_csv, "results")
+    (ref_runs, ref_where), (new_runs, new_where) = load_samples(reference), load_samples(results)
     result = compare_frames(
         ref_df,
         new_df,
@@ -369,6 +375,10 @@ def compare_paths(
         directions=directions,
         metrics=metrics,
         allow_missing=allow_missing,
+        min_effects=min_effects,
+        reference_samples=ref_runs,
+        results_samples=new_runs,
+        sample_sources=(ref_where, new_where),
     )
     result.notes.insert(
         0, f"reference: `{reference}` ({len(ref_df)} rows); results: `{results_csv}` ({len(new_df)} rows)"

@@ -1,7 +1,9 @@
 """`benchmark.py compare`: regression check of a results run against a reference CSV.
 
 Usage: ``python benchmark.py compare --reference refs/cpu.csv --results results/ [--out DIR]
-[--keys a,b] [--threshold mfu=5 ...] [--direction train_loss=ignore ...] [--metrics 'scan_mem_*' ...]``.
+[--keys a,b] [--threshold mfu=5 ...] [--min_effect time=3 ...] [--direction train_loss=ignore ...]
+[--metrics 'scan_mem_*' ...]``; a reference with its step samples: ``python benchmark.py compare
+--write_reference refs/x.csv --results DIR [DIR ...]``.
 Exit code 0 = no regression, 1 = regression, 2 = usage or input error. Rules: see tunebench.results.compare_rules.
 """
 
@@ -13,14 +15,27 @@ import sys
 
 from tunebench.results import compare_rules as rules
 from tunebench.results.compare import CompareInputError, compare_paths
+from tunebench.results.samples import write_reference
 
 logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
-    p.add_argument("--reference", required=True, help="reference CSV (e.g. refs/cpu.csv)")
-    p.add_argument("--results", required=True, help="results directory (uses raw_summary.csv) or a CSV")
+    p.add_argument("--reference", help="reference CSV (e.g. refs/cpu.csv); its step samples: <name>.samples.json")
+    p.add_argument(
+        "--results",
+        required=True,
+        nargs="+",
+        help="results directory (uses raw_summary.csv and the steps.json of its experiment folders) or a CSV; "
+        "with --write_reference, one or more results directories (repeats of the same experiments)",
+    )
+    p.add_argument(
+        "--write_reference",
+        metavar="CSV",
+        help="instead of comparing, write the ok rows of --results as a reference CSV and their steady step "
+        "times as <name>.samples.json beside it",
+    )
     p.add_argument("--out", default=None, help="output directory (default: <results dir>/compare)")
     p.add_argument(
         "--keys", default=None, help=f"comma-separated join columns (default: {','.join(rules.DEFAULT_KEYS)})"
@@ -30,7 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="METRIC=PCT",
-        help="threshold in %% per metric, glob or family (throughput, memory, time, loss, energy)",
+        help="threshold in %% per metric, glob or family (throughput, memory, time, loss, energy); for steady "
+        "time/throughput metrics with step samples, --min_effect applies instead",
+    )
+    p.add_argument(
+        "--min_effect",
+        action="append",
+        default=[],
+        metavar="METRIC=PCT",
+        help="minimum effect in %% per metric, glob or family (time, throughput) for metrics judged by "
+        "significance (default 5): a significant change smaller than this is not flagged",
     )
     p.add_argument(
         "--direction",
@@ -57,10 +81,26 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+    if args.write_reference and args.reference:
+        print("error: --write_reference writes a reference from --results; it takes no --reference", file=sys.stderr)
+        return 2
+    if args.write_reference:
+        try:
+            _, _, summary = write_reference(args.results, args.write_reference)
+        except CompareInputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(summary, file=sys.stderr)
+        return 0
+    if not args.reference or len(args.results) != 1:
+        parser.print_usage(sys.stderr)
+        print("error: compare needs --reference and exactly one --results (or --write_reference CSV --results "
+              "DIR ...)", file=sys.stderr)
+        return 2
     try:
         result = compare_paths(
             args.reference,
-            args.results,
+            args.results[0],
             args.out,
             keys=keys,
             thresholds=args.threshold,
@@ -68,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics=args.metrics,
             allow_missing=args.allow_missing,
             charts=not args.no_charts,
+            min_effects=args.min_effect,
         )
     except CompareInputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tunebench.results import compare_rules as rules
+from tunebench.results.compare_samples import band_text, interval_text, is_tested
 
 if TYPE_CHECKING:
     from tunebench.results.compare import CompareResult
@@ -30,13 +31,20 @@ def signed_pct(value: float) -> str:
     return "" if pd.isna(value) else f"{value:+.1f} %"
 
 
+def _threshold_cell(row) -> str:
+    """The bar a change had to clear: the threshold, or the minimum effect when significance was tested."""
+    if is_tested(row):
+        return f"min effect {row.min_effect_pct:g} %"
+    return f"{row.threshold_pct:g} %"
+
+
 def render_markdown(result: CompareResult) -> str:
     """Summary for $GITHUB_STEP_SUMMARY: verdict, counts, then one table per non-empty finding kind."""
     out = result.outliers
     n_reg = int(out["regression"].sum())
     by_kind = {
         kind: out[out["kind"] == kind]
-        for kind in ("regression", "failed", "missing", "improvement", "fixed", "new")
+        for kind in ("regression", "failed", "missing", "unstable", "improvement", "fixed", "new")
     }
     verdict = f"❌ {n_reg} regression(s)" if n_reg else "✅ no regression"
     parts = [f"## tunebench comparison: {verdict}", ""]
@@ -48,11 +56,13 @@ def render_markdown(result: CompareResult) -> str:
             len(by_kind["improvement"]) + len(by_kind["fixed"]),
             len(by_kind["new"]),
             len(result.changed_arguments),
+            len(by_kind["unstable"]),
         ]
     ]
     parts += [
         _md_table(
-            ["metric regressions", "failed", "missing", "improvements", "new", "changed arguments"], counts
+            ["metric regressions", "failed", "missing", "improvements", "new", "changed arguments",
+             "unstable (not failing)"], counts
         ),
         "",
     ]
@@ -67,15 +77,28 @@ def render_markdown(result: CompareResult) -> str:
                 rules.format_value(r.metric, r.reference),
                 rules.format_value(r.metric, r.new),
                 signed_pct(r.delta_pct),
-                f"{r.threshold_pct:g} %",
-                signed_pct(r.noise_pct).lstrip("+"),
+                _threshold_cell(r),
+                band_text(r),
+                interval_text(r),
+                r.why,
             ]
             for r in df.itertuples()
         ]
 
-    metric_headers = ["experiment", "metric", "reference", "new", "change", "threshold", "noise band"]
+    metric_headers = ["experiment", "metric", "reference", "new", "change", "threshold", "noise band", "test",
+                      "why it moved"]
     if len(by_kind["regression"]):
         parts += ["### Regressions", _md_table(metric_headers, metric_rows(by_kind["regression"])), ""]
+    if len(by_kind["unstable"]):
+        rows = [[r.label, r.metric, rules.format_value(r.metric, r.reference), rules.format_value(r.metric, r.new),
+                 signed_pct(r.delta_pct), interval_text(r, with_detail=False), r.detail, r.why]
+                for r in by_kind["unstable"].itertuples()]  # fmt: skip
+        parts += [
+            "### Unstable (too noisy to tell; not a regression)",
+            _md_table(["experiment", "metric", "reference", "new", "change", "test", "why unstable",
+                       "why it moved"], rows),
+            "",
+        ]
     if len(by_kind["failed"]):
         rows = [
             [
@@ -105,7 +128,7 @@ def render_markdown(result: CompareResult) -> str:
     if len(by_kind["improvement"]) or len(by_kind["fixed"]):
         rows = metric_rows(by_kind["improvement"])
         rows += [
-            [r.label, "status", r.status_reference, r.status_new, "fixed", "", ""]
+            [r.label, "status", r.status_reference, r.status_new, "fixed", "", "", "", ""]
             for r in by_kind["fixed"].itertuples()
         ]
         parts += ["### Improvements", _md_table(metric_headers, rows), ""]

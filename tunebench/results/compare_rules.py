@@ -13,8 +13,10 @@ Which columns are metrics, their family and their better direction come from the
 | energy      | `energy_*`, `steady_energy_*`                               | 15 %      | 0            |
 | utilization, stability, count, ratio | GPU util, CVs, token counts, padding   | informational, never flagged |
 
-A metric is flagged only when its relative change is beyond the threshold in the bad direction AND beyond the
-noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
+Steady step-time and throughput metrics with step samples on both sides are judged by significance and effect
+size instead (tunebench.results.compare_samples): `--min_effect time=3` sets their minimum effect (default 5 %).
+Every other metric, and those without samples, is flagged only when its relative change is beyond the threshold in
+the bad direction AND beyond the noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
 in absolute terms than "ignore below" (so a 0 -> 4 KiB temporaries change is not a +inf % regression).
 A change of exactly the threshold is not flagged. The same test in the good direction is an improvement;
 a two-sided metric beyond its band is always a regression (a loss that moves either way means the numerics
@@ -53,13 +55,14 @@ class MetricRule:
     direction: str
     threshold_pct: float
     min_abs: float = 0.0  # absolute changes at or below this are never flagged (units of the column)
+    min_effect_pct: float | None = None  # judged with step samples: a significant change must also exceed this
 
 
 DEFAULT_RULES: dict[str, MetricRule] = {
-    "throughput": MetricRule("throughput", LOWER_IS_WORSE, 10.0),
+    "throughput": MetricRule("throughput", LOWER_IS_WORSE, 10.0, min_effect_pct=5.0),
     "memory_mib": MetricRule("memory_mib", HIGHER_IS_WORSE, 10.0, min_abs=1.0),
     "memory": MetricRule("memory", HIGHER_IS_WORSE, 10.0, min_abs=float(MIB)),
-    "time": MetricRule("time", HIGHER_IS_WORSE, 10.0, min_abs=1e-3),
+    "time": MetricRule("time", HIGHER_IS_WORSE, 10.0, min_abs=1e-3, min_effect_pct=5.0),
     "loss": MetricRule("loss", TWO_SIDED, 5.0),
     "energy": MetricRule("energy", HIGHER_IS_WORSE, 15.0),
     "utilization": MetricRule("utilization", IGNORE, 0.0),
@@ -112,20 +115,23 @@ def _parse_assignments(items: list[str] | None, option: str) -> dict[str, str]:
     return parsed
 
 
-def parse_thresholds(items: list[str] | None) -> dict[str, float]:
-    """``["mfu=5", "memory=20%"]`` -> ``{"mfu": 5.0, "memory": 20.0}`` (percent)."""
+def parse_thresholds(items: list[str] | None, option: str = "--threshold") -> dict[str, float]:
+    """``["mfu=5", "memory=20%"]`` -> ``{"mfu": 5.0, "memory": 20.0}`` (percent); also ``--min_effect``."""
     result: dict[str, float] = {}
-    for name, value in _parse_assignments(items, "--threshold").items():
+    for name, value in _parse_assignments(items, option).items():
         try:
             pct = float(value.rstrip("%"))
         except ValueError:
-            raise ValueError(
-                f"--threshold {name}={value}: the threshold must be a percentage, e.g. {name}=10"
-            ) from None
-        if pct < 0:
-            raise ValueError(f"--threshold {name}={value}: the threshold must be >= 0")
+            raise ValueError(f"{option} {name}={value}: the value must be a percentage, e.g. {name}=10") from None
+        if not pct >= 0 or math.isinf(pct):
+            raise ValueError(f"{option} {name}={value}: the value must be a finite percentage >= 0")
         result[name] = pct
     return result
+
+
+def parse_min_effects(items: list[str] | None) -> dict[str, float]:
+    """``["time=3", "steady_mfu=8"]`` -> ``{"time": 3.0, "steady_mfu": 8.0}`` (percent)."""
+    return parse_thresholds(items, "--min_effect")
 
 
 def parse_directions(items: list[str] | None) -> dict[str, str]:
@@ -148,7 +154,10 @@ def _override_for(column: str, family: str, overrides: dict[str, object]):
 
 
 def rule_for(
-    column: str, thresholds: dict[str, float] | None = None, directions: dict[str, str] | None = None
+    column: str,
+    thresholds: dict[str, float] | None = None,
+    directions: dict[str, str] | None = None,
+    min_effects: dict[str, float] | None = None,
 ) -> MetricRule | None:
     """The rule for a metric column after overrides, or None when the column is not a metric."""
     family = metric_family(column)
@@ -161,6 +170,9 @@ def rule_for(
     direction = _override_for(column, family, directions or {})
     if direction is not None:
         rule = replace(rule, direction=str(direction))
+    min_effect = _override_for(column, family, min_effects or {}) if rule.min_effect_pct is not None else None
+    if min_effect is not None:
+        rule = replace(rule, min_effect_pct=float(min_effect))
     return rule
 
 

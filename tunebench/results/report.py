@@ -19,7 +19,10 @@ from tunebench.fileio import write_atomic
 from tunebench.results import charts
 from tunebench.results import compare as cmp
 from tunebench.results import compare_rules as rules
+from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
 from tunebench.results.compare_markdown import signed_pct
+from tunebench.results.compare_samples import interval_text, is_tested
+from tunebench.results.samples import load_samples
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +228,8 @@ def _comparison_section(result: cmp.CompareResult) -> str:
                 rules.format_value(r.metric, r.new) if isinstance(r.metric, str) else r.status_new,
                 signed_pct(r.delta_pct),
             ]
-            for r in out.fillna({"status_reference": "", "status_new": ""}).itertuples()
+            for r in out.astype({"status_reference": object, "status_new": object}).fillna(
+                {"status_reference": "", "status_new": ""}).itertuples()
         ]
         parts.append(
             _table(
@@ -235,6 +239,11 @@ def _comparison_section(result: cmp.CompareResult) -> str:
                 cls="findings",
             )
         )
+    tested = [r for r in result.comparison.itertuples() if is_tested(r)]
+    if tested:  # the verdicts that rest on step samples, with their intervals
+        rows = [[r.label, r.metric, r.verdict, signed_pct(r.delta_pct), interval_text(r)] for r in tested]
+        parts += ["<h3>Steady time and throughput: significance and effect size</h3>",
+                  _table(["experiment", "metric", "verdict", "change", "test"], rows, numeric={3}, cls="verdicts")]
     if len(result.changed_arguments):
         parts.append("<h3>Changed arguments</h3>")
         parts.append(
@@ -249,10 +258,11 @@ def _comparison_section(result: cmp.CompareResult) -> str:
     return "\n".join(parts)
 
 
-def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None) -> str:
-    """The whole HTML page (charts embedded as base64 PNG) for one results CSV."""
+def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None, samples=(None, None)) -> str:
+    """The whole HTML page (charts embedded as base64 PNG) for one results CSV; `samples` = the step samples of
+    (reference, results) for the comparison."""
     metric_cols = [c for c in df.columns if rules.metric_family(c)]
-    df = cmp._numeric_metrics(df, metric_cols, "results")
+    df = numeric_metrics(df, metric_cols, "results")
     df["_label"], df["_status"] = _labels(df), _status(df)
     status_counts = df["_status"].value_counts()
     pills = " ".join(f'<span class="pill">{html.escape(s)}: {n}</span>' for s, n in status_counts.items())
@@ -305,7 +315,8 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         _environment(df),
     ]
     if reference is not None:
-        result = cmp.compare_frames(reference, df.drop(columns=["_label", "_status"]))
+        result = cmp.compare_frames(reference, df.drop(columns=["_label", "_status"]),
+                                    reference_samples=samples[0], results_samples=samples[1])
         body += [
             f"<h2>Comparison with reference <code>{html.escape(reference.attrs.get('path', ''))}</code></h2>",
             _comparison_section(result),
@@ -320,10 +331,11 @@ def write_report(
     results: str | Path, out: str | Path | None = None, reference: str | Path | None = None
 ) -> Path:
     """Render ``results`` (dir or CSV) to ``out`` (default ``<results dir>/report.html``); returns the path."""
-    csv = cmp.resolve_results_csv(results)
-    df = cmp.load_csv(csv, "results")
-    ref = cmp.load_csv(reference, "reference") if reference is not None else None
-    page = build_report(df, str(csv), ref)
+    csv = resolve_results_csv(results)
+    df = load_csv(csv, "results")
+    ref = load_csv(reference, "reference") if reference is not None else None
+    samples = (load_samples(reference)[0], load_samples(results)[0]) if reference is not None else (None, None)
+    page = build_report(df, str(csv), ref, samples)
     path = Path(out) if out is not None else csv.parent / "report.html"
     write_atomic(path, page)
     return path
@@ -341,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         path = write_report(args.results, args.out, args.reference)
-    except cmp.CompareInputError as exc:
+    except CompareInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"report written to {path}", file=sys.stderr)

@@ -1,0 +1,73 @@
+"""Reading the CSVs a comparison needs: the results CSV of a directory, a harness CSV, its metric columns as floats."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+
+class CompareInputError(ValueError):
+    """Bad input (missing file, malformed CSV, no common key...): the message names the file and the fix."""
+
+
+def resolve_results_csv(path: str | os.PathLike) -> Path:
+    """A results directory means ``<dir>/raw_summary.csv``; a file is used as is."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "raw_summary.csv"
+        if not p.is_file():
+            raise CompareInputError(
+                f"{p}: no raw_summary.csv in the results directory; run the benchmark first or pass the CSV path"
+            )
+    return p
+
+
+def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
+    """Read one harness CSV, raising CompareInputError with the file name and the fix on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV)")
+    try:
+        # experiment_id is a hex hash: one that happens to be all digits must not become a number (and lose
+        # its leading zeros), or its step samples would not be found.
+        df = pd.read_csv(p, dtype={"experiment_id": str})
+    except pd.errors.EmptyDataError:
+        raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise CompareInputError(
+            f"{role} {p}: malformed CSV ({exc}); regenerate it with the benchmark"
+        ) from None
+    if not isinstance(df.index, pd.RangeIndex):
+        # pandas silently turns surplus leading fields into an index when every row is too long.
+        raise CompareInputError(
+            f"{role} {p}: malformed CSV (rows have more fields than the header); regenerate it"
+        )
+    if df.empty:
+        raise CompareInputError(f"{role} {p}: the CSV has a header but no rows; nothing to compare")
+    if df.columns.duplicated().any():
+        dup = sorted(set(df.columns[df.columns.duplicated()]))
+        raise CompareInputError(f"{role} {p}: duplicate column(s) {dup}; fix the header")
+    df.attrs["path"] = str(p)
+    return df
+
+
+def numeric_metrics(df: pd.DataFrame, columns: list[str], role: str) -> pd.DataFrame:
+    """Coerce metric columns to float; a non-numeric cell is an input error, never silently NaN."""
+    df = df.copy()
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise CompareInputError(
+                f"{role} {df.attrs.get('path', '?')}: column {col!r} row {row + 2} holds non-numeric "
+                f"{df[col].iloc[row]!r}; metric cells must be numbers or empty"
+            )
+        df[col] = values.astype(float)
+    return df
