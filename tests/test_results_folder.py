@@ -177,7 +177,7 @@ def test_a_corrupt_results_json_is_not_done_and_runs_again(tmp_path, caplog):
     ([], {"steady_max_cv": 0}, "arguments.steady_max_cv: 0.0 is out of range: expected > 0"),
     ([], {"steady_min_steps": 0}, "arguments.steady_min_steps: 0 is out of range: expected >= 1"),
     ([], {"max_steps": 0}, "arguments.max_steps: 0 is out of range: expected >= 1 (or -1)"),
-    ([], {"per_device_train_batch_size": 0}, "arguments.per_device_train_batch_size: 0 is out of range"),
+    ([], {"per_device_train_batch_size": 0}, "arguments.per_device_train_batch_size: expected a whole number >= 1, got 0"),
     ([], {"lora_dropout": 1.0}, "arguments.lora_dropout: 1.0 is out of range: expected >= 0 and < 1"),
     ([], {"training_data_path": "data/missing.jsonl"}, "local file 'data/missing.jsonl' does not exist"),
     ([], {"training_data_path": "missing.parquet"}, "local file 'missing.parquet' does not exist"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from tunebench.results import compare_rules as rules
 from tunebench.results import compare_samples as sampled
 from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
 from tunebench.results.compare_markdown import render_markdown
+from tunebench.results.compare_result import CompareResult
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 from tunebench.results.samples import Runs, load_samples
 
@@ -28,25 +28,6 @@ logger = logging.getLogger(__name__)
 
 OK = "ok"
 SKIPPED = "skipped"
-
-
-@dataclass
-class CompareResult:
-    """Everything a comparison found; ``exit_code`` is 0 (clean) or 1 (at least one regression)."""
-
-    exit_code: int
-    markdown: str
-    comparison: pd.DataFrame  # one row per (matched experiment, metric) with its verdict
-    outliers: pd.DataFrame  # every finding: regression, unstable, improvement, failed, fixed, missing, new
-    changed_arguments: pd.DataFrame  # label, argument, reference, new
-    keys: list[str]
-    notes: list[str] = field(default_factory=list)
-    environment: list[tuple[str, str, str]] = field(default_factory=list)  # column, reference, results
-    files: list[Path] = field(default_factory=list)
-
-    @property
-    def regressions(self) -> pd.DataFrame:
-        return self.outliers[self.outliers["regression"]]
 
 
 # ----------------------------------------------------------------------------------------------- judging

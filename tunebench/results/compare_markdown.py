@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tunebench.results import compare_rules as rules
+from tunebench.results.compare_result import CompareResult
 from tunebench.results.compare_samples import band_text, interval_text, is_tested
-
-if TYPE_CHECKING:
-    from tunebench.results.compare import CompareResult
 
 logger = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ def read_sidecar(path: Path) -> Runs:
 
 
 def _experiment_id(folder: Path) -> str | None:
-    for name in ("results.json", "config.json"):
+    for name in ("results.json", "spec.json", "config.json"):
         try:
             data = json.loads((folder / name).read_text())
         except (OSError, ValueError):
