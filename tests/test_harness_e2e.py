@@ -215,3 +215,31 @@ def test_ctrl_c_stops_the_running_experiment_and_keeps_finished_rows(tmp_path):
     assert list(frame["scenario"]) == ["quick", "endless"] and list(frame["status"]) == ["ok", "error"]
     assert frame.loc[1, "error_messages"].startswith("interrupted: tunebench was stopped by SIGINT (Ctrl-C)")
     assert subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split() == []
+
+
+def test_steady_state_auto_stops_as_soon_as_its_rule_holds(tmp_path):
+    """The real Trainer + scanner + step timer, default windows (phases timed on every steady step so far):
+    training stops at the first step where the median is known to the target, which steps.json replays exactly."""
+    import json
+
+    from tunebench.experiment.steady import SteadyPolicy, median_is_known
+
+    scenario = tiny_scenario("auto", steady_state="auto", max_steps=100, steady_target_ci_pct=50.0,
+                             synthetic_length_distribution="fixed")
+    options = write_inputs(tmp_path, [scenario])
+    out = tmp_path / "results"
+    proc = benchmark([*options, "--results_output_path", str(out)], {"cache": str(tmp_path / "cache"),
+                                                                     "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(out / "raw_summary.csv").iloc[0]
+    steps = json.loads(next(out.glob("auto_*/steps.json")).read_text())
+    stop = len(steps)
+    assert row["status"] == "ok" and row["total_steps"] == stop < 100
+    policy = SteadyPolicy(warmup_steps=3, min_steps=5, target_ci_pct=50.0)  # harness_fixtures' defaults
+
+    def known(after: int) -> bool:  # the timer's rule on the steady steps run by then (steps 4 onwards)
+        return median_is_known([s["seconds"] for s in steps[:after] if s["step"] > policy.warmup_steps], policy)
+
+    first_check = policy.warmup_steps + policy.min_steps
+    assert known(stop) and not any(known(s) for s in range(first_check, stop))
+    assert row["scan_time_source"] == "time_window" and row["scan_time_window"] == f"4-{stop}"

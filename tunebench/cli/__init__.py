@@ -116,7 +116,8 @@ def _predictions(options, experiments, gpus) -> dict:
         raise InputError([InputProblem("command line", "--plan_device", str(exc), "e.g. --plan_device 80GiB")]) from None
     if capacity is None and any(e.device_type == "cuda" for e in experiments):
         logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
-    return plan_experiments(experiments, capacity, host_budget=bool(options.plan_device))
+    device_name = options.plan_device or (gpus[0].name if gpus else None)
+    return plan_experiments(experiments, capacity, host_budget=bool(options.plan_device), device_name=device_name)
 
 
 def _input_error(exc: InputError) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from tunebench.execution.failures import classify
 from tunebench.execution.launchers import choose, command_script
 from tunebench.execution.processes import run_process, stop_reason
+from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.results import summaries as results
@@ -144,4 +145,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
         row.update(tracker.columns(handle, row, folder))
     if row.get("pred_mem_peak") is not None:
         row.update(error_columns(row))
+        mismatch = attention_mismatch(row.get("pred_attention"), row.get("scan_attention_backend"))
+        if mismatch:
+            row["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), mismatch) if w)
     return row

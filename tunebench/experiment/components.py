@@ -22,6 +22,13 @@ def step_windows(bench_args, max_steps: int) -> StepWindows:
                         bench_args.scan_time_steps, scanning)
 
 
+def lora_targets(targets) -> list[str] | str:
+    """LoRA's target modules as PEFT takes them: `all-linear` (every linear layer but the output head, whatever
+    the family calls them) is PEFT's keyword, not a module name."""
+    targets = list(targets)
+    return "all-linear" if targets == ["all-linear"] else targets
+
+
 def build_peft_config(peft_args):
     if peft_args.peft_method == "none":
         return None
@@ -29,7 +36,7 @@ def build_peft_config(peft_args):
 
     if peft_args.peft_method == "lora":
         return LoraConfig(r=peft_args.r, lora_alpha=peft_args.lora_alpha, lora_dropout=peft_args.lora_dropout,
-                          target_modules=list(peft_args.target_modules), task_type=TaskType.CAUSAL_LM)
+                          target_modules=lora_targets(peft_args.target_modules), task_type=TaskType.CAUSAL_LM)
     return PromptTuningConfig(num_virtual_tokens=peft_args.num_virtual_tokens, task_type=TaskType.CAUSAL_LM)
 
 

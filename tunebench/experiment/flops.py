@@ -36,8 +36,25 @@ def peak_flops_for(device_name: str | None) -> float | None:
     return None
 
 
+def routed_fraction(config) -> float | None:
+    """The share of a mixture-of-experts layer's experts a token goes through (experts per token ÷ experts), for
+    the config names the families use (num_local_experts, num_experts, n_routed_experts); None without experts."""
+    experts = (getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+               or getattr(config, "n_routed_experts", None))
+    if not experts:
+        return None
+    return getattr(config, "num_experts_per_tok", experts) / experts
+
+
+def _per_token(name: str, param, fraction: float | None) -> float:
+    """A parameter's matmul work per token: routed experts (`.experts.` in its name) count at their routed share;
+    shared experts and the router count whole."""
+    count = param.numel()
+    return count * fraction if fraction is not None and ".experts." in f".{name}" else count
+
+
 def matmul_parameter_counts(model) -> tuple[int, int]:
-    """(params that take part in matmuls per token, of which trainable), MoE counted at its active experts.
+    """(params that take part in matmuls per token, of which trainable), MoE counted at its routed experts.
 
     The input embedding is a lookup, not a matmul, so it is excluded unless tied to the output head.
     """
@@ -46,7 +63,8 @@ def matmul_parameter_counts(model) -> tuple[int, int]:
     embedding = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
     embedding_ids = {id(p) for p in embedding.parameters()} if embedding is not None else set()
     tied = bool(getattr(config, "tie_word_embeddings", False))
-    total = trainable = 0
+    fraction = routed_fraction(config)
+    total = trainable = 0.0
     seen: set[int] = set()
     for name, param in model.named_parameters(remove_duplicate=False):
         if id(param) in seen:
@@ -54,10 +72,7 @@ def matmul_parameter_counts(model) -> tuple[int, int]:
         seen.add(id(param))
         if id(param) in embedding_ids and not tied:
             continue
-        count = param.numel()
-        num_experts = getattr(config, "num_local_experts", None)
-        if num_experts and ".experts." in name:
-            count = count * getattr(config, "num_experts_per_tok", num_experts) / num_experts
+        count = _per_token(name, param, fraction)
         total += count
         if param.requires_grad:
             trainable += count
@@ -103,13 +118,31 @@ def checkpointed_layers(model) -> list:
 
 def recompute_flops(model, nonpad_tokens: int, sum_squared_lengths: int) -> float:
     """Extra hardware FLOPs of gradient checkpointing: the checkpointed layers' forward again (2·N_ckpt per
-    token for their matmuls, 4·d·len² per sequence and layer for attention). HFU counts these, MFU does not."""
+    token for their matmuls, MoE experts at their routed share as in the model FLOPs; 4·d·len² per sequence and
+    layer for attention). HFU counts these, MFU does not."""
     layers = checkpointed_layers(model)
     if not layers:
         return 0.0
-    params = sum(p.numel() for layer in layers for p in layer.parameters())
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    fraction = routed_fraction(base.config)
+    params = sum(_per_token(name, p, fraction) for layer in layers for name, p in layer.named_parameters())
     _, width = _attention_shape(model)
     return float(2 * params * nonpad_tokens + 4 * len(layers) * width * sum_squared_lengths)
+
+
+def utilisation_problem(mfu_value: float | None, hfu_value: float | None) -> str | None:
+    """Why an MFU/HFU pair cannot be right, or None. HFU adds only the recomputed forward, which is at most half
+    the model FLOPs (a forward is 2 of the 4-6 FLOPs per parameter and token), so HFU/MFU <= 1.5."""
+    if mfu_value is None or hfu_value is None:
+        return None
+    if hfu_value > 1.0:
+        return f"HFU {100 * hfu_value:.1f} % exceeds 100 % (a wrong peak FLOP/s for this GPU, or miscounted FLOPs)"
+    if mfu_value > hfu_value * (1 + 1e-9):
+        return f"MFU {100 * mfu_value:.1f} % exceeds HFU {100 * hfu_value:.1f} %"
+    if mfu_value > 0 and hfu_value / mfu_value > 1.5 + 1e-3:
+        return (f"HFU/MFU = {hfu_value / mfu_value:.2f} exceeds 1.5, the most recompute can add (miscounted "
+                "recompute FLOPs)")
+    return None
 
 
 def mfu(total_flops: float, seconds: float, num_devices: int, device_name: str | None) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tunebench.fileio import looks_like_local_path
@@ -120,13 +121,28 @@ def load_config(model_name_or_path: str):
     return AutoConfig.from_pretrained(model_name_or_path)
 
 
-def build_tokenizer(model_name_or_path: str):
-    """A tokenizer: the checkpoint's own, or for presets an offline byte-level tokenizer generated here.
+# Files that make a local folder a real checkpoint (weights) or give it its own tokenizer. A folder holding only
+# config.json is an architecture to benchmark with random weights (optimum-benchmark's `no_weights`).
+_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
 
-    Preset ids stay below every preset's vocab size (259 < 512), so any preset can consume its output.
+
+def has_weights(folder: str) -> bool:
+    return any(next(Path(folder).glob(pattern), None) is not None for pattern in _WEIGHT_FILES)
+
+
+def has_tokenizer(folder: str) -> bool:
+    return any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def build_tokenizer(model_name_or_path: str):
+    """A tokenizer: the checkpoint's own, or an offline byte-level tokenizer generated here for presets and for
+    local folders without one (a config.json-only architecture).
+
+    Byte-level ids stay below 259, under every preset's vocab size (the smallest is 512) and any real model's.
     """
     source = resolve_model_source(model_name_or_path)
-    if source.kind != "preset":
+    if source.kind == "hub" or (source.kind == "local" and has_tokenizer(model_name_or_path)):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
@@ -154,22 +170,23 @@ def build_tokenizer(model_name_or_path: str):
 
 def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None,
                init_device: str = "cpu"):
-    """Instantiate the causal-LM: random init for presets (on `init_device`), pretrained weights otherwise."""
+    """Instantiate the causal-LM: random init for presets and for local folders without weights (on
+    `init_device`), the checkpoint's weights otherwise."""
     import torch
     from transformers import AutoModelForCausalLM
 
     dtype = torch_dtype if torch_dtype == "auto" else getattr(torch, torch_dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     source = resolve_model_source(model_name_or_path)
-    if source.kind == "preset":
+    if source.kind == "preset" or (source.kind == "local" and not has_weights(model_name_or_path)):
         config = load_config(model_name_or_path)
         if dtype == "auto":
-            dtype = torch.float32
+            dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), torch.float32)
         # Initialise directly in the target dtype (no fp32 copy first): an 8B preset would otherwise need
         # 32 GB of host memory before the cast. On a GPU the random init takes seconds instead of minutes of
         # host time per rank (which timed out 8B runs on 4 GPUs).
         with torch.device(init_device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
-        logger.info("built preset %s with random weights (%s)", model_name_or_path, dtype)
+        logger.info("built %s with random weights (%s)", model_name_or_path, dtype)
         return model
     return AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype, **kwargs)

@@ -143,6 +143,7 @@ class SteadySummary:
     p90: float | None = None
     mean: float | None = None
     cv: float | None = None  # sample standard deviation / mean
+    robust_cv: float | None = None  # 1.4826 · median absolute deviation / median: the CV a normal series would have
     ci_pct: float | None = None  # 95 % half-width of the median, % of the median
     warnings: list[str] = field(default_factory=list)
 
@@ -170,14 +171,29 @@ def summarize(step_times: list[float], policy: SteadyPolicy, excluded: set[int] 
     summary.p10, summary.p90 = percentile(times, 10), percentile(times, 90)
     summary.mean = statistics.fmean(times)
     summary.cv = statistics.stdev(times) / summary.mean if len(times) > 1 and summary.mean > 0 else None
+    summary.robust_cv = robust_cv(times)
     summary.ci_pct = median_ci_pct(times)
     if len(steps) < policy.min_steps:
         summary.warnings.append(f"only {len(steps)} steady step(s) (< {policy.min_steps}): raise max_steps")
-    if summary.cv is not None and summary.cv > policy.max_cv:
+    # The warning judges the spread of the bulk of the steps (MAD-based, robust to a few outliers): one 2x step
+    # among 24 steady ones reads CV 21.7 % while the median is known to ±2.9 %. The CV stays in the CSV.
+    if summary.robust_cv is not None and summary.robust_cv > policy.max_cv:
         summary.warnings.append(
-            f"step time CV {100 * summary.cv:.1f} % exceeds {100 * policy.max_cv:.0f} %: the steady window is not steady"
+            f"step time spread {100 * summary.robust_cv:.1f} % (robust CV, 1.4826·MAD/median) exceeds "
+            f"{100 * policy.max_cv:.0f} %: the steady window is not steady"
         )
     return summary
+
+
+def robust_cv(times: list[float]) -> float | None:
+    """1.4826 × the median absolute deviation ÷ the median: for normally distributed times it estimates the CV,
+    and a few outlying steps barely move it (breakdown point 50 %)."""
+    if len(times) < 2:
+        return None
+    median = statistics.median(times)
+    if median <= 0:
+        return None
+    return 1.4826 * statistics.median(abs(t - median) for t in times) / median
 
 
 def median_is_known(times: list[float], policy: SteadyPolicy) -> bool:

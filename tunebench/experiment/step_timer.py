@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
-from tunebench.experiment.steady import SteadyPolicy, median_is_known, steady_steps
+from tunebench.experiment.steady import SteadyPolicy, median_ci_pct, median_is_known, steady_steps
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,11 @@ class StepTimer(TrainerCallback):
         if self.auto and state.global_step >= max(self.earliest_stop, self.policy.warmup_steps + self.policy.min_steps):
             if self._should_stop(state.global_step):
                 control.should_training_stop = True
-                self.stopped_early = True
-                logger.info("steady state: median step time known to ±%.1f %% after %d steps; stopping",
-                            self.policy.target_ci_pct, state.global_step)
+                self.stopped_early = state.global_step < state.max_steps
+                times = self._steady_resolved()
+                logger.info("steady state: median step time known to ±%.2f %% (target ±%.2f %%) from %d steady "
+                            "steps after %d of at most %d steps; stopping", median_ci_pct(times) or float("nan"),
+                            self.policy.target_ci_pct, len(times), state.global_step, state.max_steps)
 
     # ---------------------------------------------------------------- auto mode
     def _resolve_completed(self) -> None:

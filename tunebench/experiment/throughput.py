@@ -12,7 +12,7 @@ import logging
 import statistics
 from typing import Any
 
-from tunebench.experiment.flops import mfu, recompute_flops, training_flops
+from tunebench.experiment.flops import mfu, recompute_flops, training_flops, utilisation_problem
 from tunebench.experiment.steady import SteadyPolicy, summarize
 from tunebench.experiment.step_timer import StepTime
 
@@ -33,6 +33,7 @@ def steady_columns(step_times: list[StepTime], token_steps: list[dict[str, int]]
         "steady_step_time_p10": summary.p10,
         "steady_step_time_p90": summary.p90,
         "steady_step_time_cv": summary.cv,
+        "steady_step_time_robust_cv": summary.robust_cv,
         "steady_step_time_ci_pct": summary.ci_pct,
     }
     median = summary.median
@@ -51,7 +52,12 @@ def steady_columns(step_times: list[StepTime], token_steps: list[dict[str, int]]
             "steady_mfu": mfu(model_flops, median, world, device_name),
             "steady_hfu": mfu(hardware_flops, median, world, device_name),
         })
-    row["measurement_warning"] = "; ".join(summary.warnings)
+    warnings = list(summary.warnings)
+    impossible = utilisation_problem(row.get("steady_mfu"), row.get("steady_hfu"))
+    if impossible:  # never print an impossible figure as if it were measured
+        warnings.append(impossible)
+        row["steady_mfu"] = row["steady_hfu"] = None
+    row["measurement_warning"] = "; ".join(warnings)
     return row
 
 

@@ -45,6 +45,7 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     from tunebench.experiment.data import prepare_dataset
     from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
     from tunebench.experiment.flops import mfu, training_flops
+    from tunebench.experiment.kernel_checks import padding_free_problem
     from tunebench.experiment.models import build_tokenizer, load_model
     from tunebench.experiment.step_timer import StepTimer
     from tunebench.experiment.throughput import steady_columns, steps_record
@@ -80,7 +81,7 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     device = torch.device(f"cuda:{state.local_process_index}") if on_cuda else torch.device("cpu")
     # After the scanner: host work a scan does at a step end then belongs to the scanned step.
     timer = StepTimer(device, policy, auto=bench_args.steady_state == "auto",
-                      earliest_stop=windows.last_scanner_step, token_counter=counter)
+                      earliest_stop=windows.earliest_stop, token_counter=counter)
     timer.excluded.update(windows.excluded)
     callbacks.append(timer)
     trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
@@ -134,6 +135,10 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
         row.update(hf_memory_columns({}))
     for tracker in trackers:
         row.update(tracker.columns(RunFacts(train_metrics, row)))
+    unlike = padding_free_problem(bool(sft_config.packing), bool(getattr(sft_config, "padding_free", False)),
+                                  row["attn_implementation_used"])
+    if unlike:
+        row["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), unlike) if w)
     steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
     records = steps_record(step_times, token_steps, steady)
     return (row, records) if state.is_main_process else ({}, [])

@@ -34,9 +34,16 @@ class StepWindows:
     def time_steps(self) -> str:
         return _text(self.timed) if self.timed else "off"
 
+    auto_timed: bool = False  # the timed window is every steady step so far (it ends when training ends)
+
     @property
-    def last_scanner_step(self) -> int:
-        return max((self.memory or (0, 0))[1], (self.timed or (0, 0))[1])
+    def earliest_stop(self) -> int:
+        """The first step after which `steady_state: auto` may stop: the memory scan and the step that absorbs its
+        end are done, and an explicit timed window is complete. The automatic window is every steady step so
+        far: it never holds training back (the scanner reports the steps it timed)."""
+        memory_done = (self.memory[1] + 1) if self.memory else 0
+        timed_done = self.timed[1] if self.timed and not self.auto_timed else 0
+        return max(memory_done, timed_done)
 
 
 def _text(window: tuple[int, int] | None) -> str:
@@ -71,4 +78,4 @@ def plan_windows(warmup_steps: int, max_steps: int, scan_steps: str = "auto", ti
     if memory is not None:
         excluded.update(range(memory[0], memory[1] + 2))  # the scanned steps and the one that absorbs its end
     excluded = {s for s in excluded if s > warmup_steps}
-    return StepWindows(warmup_steps, memory, timed, frozenset(excluded))
+    return StepWindows(warmup_steps, memory, timed, frozenset(excluded), auto_timed=time_steps == "auto")

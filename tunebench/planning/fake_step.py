@@ -68,13 +68,14 @@ def _model(shape: StepShape):
     if shape.peft != "none":
         from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
 
+        from tunebench.experiment.components import lora_targets as peft_targets
         from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
 
         quiet_renamed_checkpointing_warning()
 
         if shape.checkpointing:
             model.enable_input_require_grads()  # what PEFT + Trainer do for checkpointed frozen weights
-        peft_config = (LoraConfig(r=shape.lora_r, lora_alpha=shape.lora_alpha, target_modules=list(shape.lora_targets),
+        peft_config = (LoraConfig(r=shape.lora_r, lora_alpha=shape.lora_alpha, target_modules=peft_targets(shape.lora_targets),
                                   task_type=TaskType.CAUSAL_LM) if shape.peft == "lora"
                        else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM))
         with torch.device("meta"):
@@ -105,16 +106,19 @@ def _to_fake(model) -> None:
                 module._buffers[name] = torch.zeros_like(buffer, device="cpu")
 
 
-def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[str, int]:
-    """Bytes per category alive at the measured step's peak, plus `peak` (their sum)."""
+def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: int | None = None) -> dict:
+    """Bytes per category alive at the measured step's peak, plus `peak` (their sum), and the attention kernel
+    assumed (`attention`). With `gpu_arch` (a CUDA target's compute capability) attention runs as that GPU's
+    fused kernels would (planning.attention_kernels); without, as the CPU runs it."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    from tunebench.planning.attention_kernels import cpu_attention, gpu_attention, summary
     from tunebench.verify.memtracker_step import ignore_frozen_parameters
 
     model, config = _model(shape)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         kind = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(shape.optimizer, {"foreach": False})
@@ -128,6 +132,10 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
         # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
+        chosen: list[str] = []
+        attention = gpu_attention(gpu_arch, chosen) if gpu_arch else cpu_attention(chosen)
+        # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
+        attention_backward = gpu_attention(gpu_arch, []) if gpu_arch else cpu_attention([])
         tracker = _peak_only(MemTracker)()
         ignore_frozen_parameters(tracker, model)
         with _cuda_block_rounding(round_to_cuda_blocks):
@@ -139,10 +147,11 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
             meter = SavedTensorMeter(model)
-            with autocast, meter.hooks():
+            with autocast, meter.hooks(), attention:
                 # Like Trainer.training_step: the outputs (logits) are dropped before backward.
                 loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss / shape.grad_accum
-            loss.backward()
+            with attention_backward:
+                loss.backward()
             del loss
             meter.remove()
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -159,7 +168,31 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True) -> dict[st
     out["optimizer"] = state
     out["peak"] = sum(out.values())
     out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
+    block = 512 if round_to_cuda_blocks else 1  # the CPU scanner's `grads`: every gradient, whole
+    out["grads_full"] = sum(-(-p.untyped_storage().nbytes() // block) * block for p in trainable)
+    out["attention"] = summary(chosen)
     return out
+
+
+@contextlib.contextmanager
+def _grouped_mm_fallback_unless_bf16(dtype: str):
+    """Mixture-of-experts layers multiply through torch's grouped_mm, whose shape function (what fake tensors
+    run) accepts bf16 only, while the CPU kernel takes float32 too. For other dtypes the fake step takes
+    transformers' own fallback op (registered with a fake implementation), which allocates and saves the same
+    tensors: the routed tokens' outputs, and the input and weight for backward."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:
+        moe = None
+    if dtype == "bfloat16" or moe is None or not hasattr(moe, "_can_use_grouped_mm"):
+        yield
+        return
+    original = moe._can_use_grouped_mm
+    moe._can_use_grouped_mm = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = original
 
 
 def _peak_only(tracker_class):

@@ -15,19 +15,23 @@ logger = logging.getLogger(__name__)
 GIB = 1024**3
 
 
-def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None,
-                     host_budget: bool = False) -> dict[str, dict[str, Any]]:
+def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, host_budget: bool = False,
+                     device_name: str | None = None) -> dict[str, dict[str, Any]]:
     """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
 
     `capacity` is one GPU's memory; CPU experiments are judged against it only when `host_budget` (the user
-    gave --plan_device on a CPU matrix: a per-process memory budget).
+    gave --plan_device on a CPU matrix: a per-process memory budget). `device_name` (--plan_device or the GPU
+    present) decides which attention kernels the GPU runs (planning.attention_kernels).
     """
+    from tunebench.planning.attention_kernels import architecture
+
+    arch = architecture(device_name)
     cache: dict = {}
     out: dict[str, dict[str, Any]] = {}
     for experiment in experiments:
         try:
             shape, sharding = shape_and_sharding(experiment)
-            row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache)
+            row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
             judged = experiment.device_type == "cuda" or host_budget
             row.update(fit_columns(row["pred_mem_peak"], capacity if judged else None))
         except Exception as exc:  # a prediction never stops the matrix: the run will measure it

@@ -95,20 +95,29 @@ def _as_dict(value: Any) -> dict:
     return {}
 
 
-def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None) -> dict[str, Any]:
-    """`pred_mem_*` columns of one rank (bytes) and `pred_seconds`."""
+def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None,
+            gpu_arch: int | None = None) -> dict[str, Any]:
+    """`pred_mem_*` columns of one rank (bytes), `pred_attention` and `pred_seconds`. `gpu_arch`: the CUDA
+    target's compute capability (planning.attention_kernels.architecture; Hopper when unknown)."""
+    from tunebench.planning.attention_kernels import HOPPER
+
     started = time.monotonic()
-    key = (shape, cuda)
+    arch = (gpu_arch or HOPPER) if cuda else None
+    key = (shape, cuda, arch)
     step = cache.get(key) if cache is not None else None
     if step is None:
-        step = predict_step(shape, round_to_cuda_blocks=cuda)
+        step = predict_step(shape, round_to_cuda_blocks=cuda, gpu_arch=arch)
         if cache is not None:
             cache[key] = step
     step = dict(step)
+    attention = step.pop("attention")
     activations_max = step.pop("activations_max")
+    grads_full = step.pop("grads_full")
     if not cuda:
-        # On CPU there is no allocator peak: the scanner's activations are their maximum over the step.
+        # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
+        # gradients every gradient at its full size.
         step["activations"] = activations_max
+        step["grads"] = grads_full
     other = CUBLAS_WORKSPACES if cuda else 0
     if sharding.ddp and cuda:
         other += step["grads"] or _trainable_bytes(step)  # DDP's buckets hold a copy of every gradient
@@ -117,6 +126,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     row = {f"pred_mem_{name}": step[name] for name in CATEGORIES}
     row["pred_mem_other"] = other
     row["pred_mem_peak"] = sum(step[name] for name in CATEGORIES) + other
+    row["pred_attention"] = attention
     row["pred_seconds"] = time.monotonic() - started
     return row
 

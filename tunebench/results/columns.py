@@ -72,12 +72,16 @@ REGISTRY: tuple[Column, ...] = (
     _k("status", OUTCOME, "-", S_OUT, "`ok`, `oom`, `error`, `timeout`, `skipped`"),
     _k("error_messages", OUTCOME, "-", S_OUT, "last traceback, or why it was skipped"),
     _k("measurement_warning", OUTCOME, "-", S_OUT,
-       "empty, or why the steady figures are not trustworthy (too few steady steps, step-time CV above the limit)"),
+       "empty, or why the figures are not trustworthy (too few steady steps, a step-time spread above the limit, "
+       "an attention kernel other than the prediction's or the config's, an impossible MFU/HFU)"),
     # ---------------------------------------------------------------- steady state
     _m("steady_step_time_median", "s", LOWER, "time", S_STEADY, "median optimizer-step time over the steady steps"),
     _m("steady_step_time_p10", "s", LOWER, "time", S_STEADY, "10th percentile of the steady step times"),
     _m("steady_step_time_p90", "s", LOWER, "time", S_STEADY, "90th percentile of the steady step times"),
     _m("steady_step_time_cv", "fraction", None, "stability", S_STEADY, "std / mean of the steady step times"),
+    _m("steady_step_time_robust_cv", "fraction", None, "stability", S_STEADY,
+       "1.4826 × median absolute deviation ÷ median of the steady step times (robust to a few outlying steps; "
+       "what measurement_warning judges)"),
     _m("steady_step_time_ci_pct", "%", None, "stability", S_STEADY,
        "half-width of the median's 95 % confidence interval (distribution-free), % of the median"),
     _m("steady_steps", "count", None, "count", S_STEADY, "steps in the steady window"),
@@ -224,6 +228,9 @@ REGISTRY: tuple[Column, ...] = (
     _k("pred_fits", METRIC, "-", S_PRED, "pred_mem_peak ≤ capacity − 1 GiB (CUDA context, fragmentation)"),
     _m("pred_fit_margin_bytes", "bytes", None, "memory", S_PRED, "usable capacity − predicted peak (negative: OOM)"),
     _m("pred_seconds", "s", None, "time", S_PRED, "time the prediction took (0 when a cached shape was reused)"),
+    _m("pred_attention", "-", None, None, S_PRED,
+       "attention kernel the prediction assumed (the target GPU's choice: `cudnn`, `flash`, `efficient`, `math`; "
+       "`none` for eager); a different `scan_attention_backend` is a measurement_warning"),
     _m("pred_error_<category>", "fraction", None, "stability", S_PRED,
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     # ---------------------------------------------------------------- environment

@@ -77,21 +77,51 @@ def _model(args):
     return model
 
 
+def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
+    """Run 1: the scanner and MemTracker on one step, one peak instant for both (the scanner first, so it arms
+    before MemTracker enters). Only plain numbers leave this function, so the run can be freed after it."""
+    import torch
+
+    from scanner import Scanner
+    from tunebench.verify.memtracker_step import MemTrackerStep, compare
+
+    scanner = Scanner(steps=args.scan_step, time_steps="off", output=None, log_to_trainer=False)
+    tracker = MemTrackerStep(args.scan_step)
+    _trainer(_model(args), args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
+    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda)
+    max_allocated = torch.cuda.max_memory_allocated() if args.cuda else None
+    return categories, max_allocated, (tracker.peak or {}).get("Total")
+
+
+def _release(cuda: bool) -> int:
+    """Collect what the last run left (its objects hold reference cycles) and return the CUDA cache; the bytes
+    still allocated afterwards (0 when all was freed)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if not cuda:
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated()
+
+
 def verify(args) -> dict:
     import torch
 
     from scanner import Scanner
     from tunebench.experiment.steady import SteadyPolicy
     from tunebench.experiment.step_timer import StepTimer
-    from tunebench.verify.memtracker_step import MemTrackerStep, compare
 
     shape = dict(steps=args.steps, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum)
-    # Run 1: one peak instant for both (the scanner first, so it arms before MemTracker enters).
-    scanner = Scanner(steps=args.scan_step, time_steps="off", output=None, log_to_trainer=False)
-    tracker = MemTrackerStep(args.scan_step)
-    _trainer(_model(args), args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
-    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda)
-    max_allocated = torch.cuda.max_memory_allocated() if args.cuda else None
+    categories, max_allocated, memtracker_total = _memory_run(args, shape)
+    # The first run's model, optimizer state and Trainer are gone before the second is built: a model over half
+    # the GPU (an 8x7B MoE on an H200) could not be verified otherwise.
+    left = _release(args.cuda)
+    if left:
+        logger.warning("%d bytes still allocated after the first run", left)
     # Run 2: the cost of scanning, from every step's time (the step timer of the harness).
     timed = Scanner(steps=args.scan_step, output=None, log_to_trainer=False)
     device = torch.device("cuda:0" if args.cuda else "cpu")
@@ -105,7 +135,7 @@ def verify(args) -> dict:
         "model": args.model, "peft": args.peft, "gradient_checkpointing": args.gradient_checkpointing,
         "device": torch.cuda.get_device_name(0) if args.cuda else "cpu", "torch": torch.__version__, **shape,
         "scan_step": args.scan_step, "categories": categories, "max_memory_allocated": max_allocated,
-        "memtracker_total": (tracker.peak or {}).get("Total"),
+        "memtracker_total": memtracker_total,
         "memory_step_overhead": seconds[args.scan_step - 1] / median - 1,
         "reported_step_vs_median": flat["scan_time_step"] / median - 1 if flat.get("scan_time_step") else None,
         # The same step by the step timer's clock: an independent check of the scanner's step time.

@@ -1,0 +1,162 @@
+"""The attention kernel a GPU run will take, and a stand-in for it in the fake step that keeps what that kernel keeps.
+
+The fake step runs on the CPU dispatcher (a CPU-only torch cannot dispatch fake CUDA kernels), and CPU SDPA
+differs from CUDA SDPA exactly where memory is decided: with an attention mask the CPU takes the math path,
+which saves the B·H·L² attention probabilities for backward, while CUDA's fused kernels (cuDNN, flash,
+memory-efficient) save only the output and a log-sum-exp per query row. A masked or sliding-window model was
+predicted at 3.7x its real activations that way. For a CUDA target the fake step therefore replaces
+`scaled_dot_product_attention` by a stand-in that picks the kernel as torch does on that GPU and saves for
+backward what that kernel saves; for a CPU target the real CPU kernels run, as in the CPU run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+
+logger = logging.getLogger(__name__)
+
+# Compute capability by GPU name (the --plan_device names tunebench knows); unknown names are taken as Hopper,
+# the GPUs the memory prediction was measured on.
+_ARCH = (("H200", 90), ("H100", 90), ("H800", 90), ("GH200", 90), ("B200", 100), ("A100", 80), ("A800", 80),
+         ("A10", 86), ("L40", 89), ("L4", 89), ("V100", 70))
+HOPPER = 90
+
+
+def architecture(device_name: str | None) -> int:
+    for key, arch in _ARCH:
+        if device_name and key in device_name:
+            return arch
+    return HOPPER
+
+
+def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int) -> str:
+    """The fused kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs, in torch's
+    order for that GPU (measured on H100/H200 with torch 2.11: cuDNN for masked and unmasked bf16 rows alike).
+    `math` when none applies."""
+    import torch
+
+    half = query.dtype in (torch.float16, torch.bfloat16)
+    head_dim = query.shape[-1]
+    same_dims = key.shape[-1] == head_dim == value.shape[-1]
+    if arch >= 90 and half and same_dims and head_dim <= 128 and head_dim % 8 == 0:
+        return "cudnn"
+    if arch >= 80 and half and same_dims and head_dim <= 256 and head_dim % 8 == 0 and attn_mask is None:
+        return "flash"
+    if arch >= 50 and query.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        return "efficient"
+    return "math"
+
+
+def _make_function():
+    import torch
+
+    class FusedAttention(torch.autograd.Function):
+        """Shapes, dtypes and saved tensors of a fused SDPA kernel; no arithmetic (the step is fake)."""
+
+        @staticmethod
+        def forward(ctx, query, key, value, attn_mask, kernel: str):
+            # The output keeps the query's memory layout, as the kernels allocate it, so the model's
+            # `transpose(1, 2).contiguous()` afterwards copies exactly when it copies on the GPU.
+            out = torch.empty_like(query) if value.shape[-1] == query.shape[-1] else query.new_empty(
+                (*query.shape[:-1], value.shape[-1]))
+            rows = query.shape[-2]
+            if kernel == "efficient":  # its log-sum-exp is padded to 32 query rows
+                rows = math.ceil(rows / 32) * 32
+            lse = torch.empty((*query.shape[:-2], rows), dtype=torch.float32)
+            saved = [query, key, value, out, lse]
+            if kernel == "efficient" and attn_mask is not None:
+                saved.append(attn_mask)  # the bias is an input of its backward
+            ctx.save_for_backward(*saved)
+            ctx.kernel = kernel
+            ctx.has_mask = attn_mask is not None
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            query, key, value = ctx.saved_tensors[:3]
+            grads = (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value))
+            if ctx.kernel == "flash":  # flash's backward accumulates dQ in float32
+                accumulator = torch.empty(query.shape, dtype=torch.float32)
+                del accumulator
+            return (*grads, None, None)
+
+    return FusedAttention
+
+
+@contextlib.contextmanager
+def gpu_attention(arch: int, chosen: list):
+    """While the fake step runs: SDPA as the GPU of compute capability `arch` would run it. Every call's kernel
+    is appended to `chosen` (the prediction reports them as `pred_attention`)."""
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+    fused = _make_function()
+
+    def stand_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch)
+        chosen.append(kernel)
+        if kernel == "math":
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        return fused.apply(query, key, value, attn_mask, kernel)
+
+    F.scaled_dot_product_attention = stand_in
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def _cpu_choice(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool) -> int:
+    """torch's own CPU backend choice for these inputs (1 = its fused flash kernel), asked on tiny real tensors of
+    the same dtypes, heads, head sizes and mask pattern: fake tensors always take the math path, so the fake
+    step cannot ask with its own."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def tiny(tensor, length: int = 2):
+        shape = (1, tensor.shape[-3] if tensor.dim() >= 3 else 1, length, tensor.shape[-1])
+        return torch.empty(shape, dtype=tensor.dtype, requires_grad=tensor.requires_grad)
+
+    with unset_fake_temporarily():
+        mask = None
+        if attn_mask is not None:
+            mask = torch.zeros((1, 1, 2, 2), dtype=attn_mask.dtype)
+        return int(torch._fused_sdp_choice(tiny(query), tiny(key), tiny(value), attn_mask=mask, dropout_p=dropout_p,
+                                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa))
+
+
+@contextlib.contextmanager
+def cpu_attention(chosen: list):
+    """While the fake step runs for a CPU target: SDPA as the CPU runs it. The kernel is the one torch picks on
+    the CPU; its fused flash kernel is called directly (it saves the output and a log-sum-exp per row, keys and
+    values without GQA's repeat, and a float copy of a boolean mask), the math path otherwise."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    def as_the_cpu(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if _cpu_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) != 1:
+            chosen.append("math")
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        chosen.append("flash")
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+    F.scaled_dot_product_attention = as_the_cpu
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def summary(chosen: list) -> str:
+    """`cudnn`, `flash`, … as the scanner names them (`a+b` when mixed; `none` when no SDPA call: eager)."""
+    kinds = sorted(set(chosen))
+    return "+".join(kinds) if kinds else "none"
