@@ -93,21 +93,6 @@ def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
     return categories, max_allocated, (tracker.peak or {}).get("Total")
 
 
-def _release(cuda: bool) -> int:
-    """Collect what the last run left (its objects hold reference cycles) and return the CUDA cache; the bytes
-    still allocated afterwards (0 when all was freed)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if not cuda:
-        return 0
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return torch.cuda.memory_allocated()
-
-
 def verify(args) -> dict:
     import torch
 
@@ -116,12 +101,14 @@ def verify(args) -> dict:
     from tunebench.experiment.step_timer import StepTimer
 
     shape = dict(steps=args.steps, batch=args.batch, seq=args.seq, grad_accum=args.grad_accum)
-    categories, max_allocated, memtracker_total = _memory_run(args, shape)
-    # The first run's model, optimizer state and Trainer are gone before the second is built: a model over half
-    # the GPU (an 8x7B MoE on an H200) could not be verified otherwise.
-    left = _release(args.cuda)
-    if left:
-        logger.warning("%d bytes still allocated after the first run", left)
+    # Run 1 in a process of its own: when it ends, its model, optimizer state and Trainer are gone with it, so a
+    # model over half the GPU can be verified (freed in-process, a 22B model still held 45 GB: something of the
+    # Trainer keeps it). Spawned, never forked: the parent may hold CUDA.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        categories, max_allocated, memtracker_total = pool.submit(_memory_run, args, shape).result()
     # Run 2: the cost of scanning, from every step's time (the step timer of the harness).
     timed = Scanner(steps=args.scan_step, output=None, log_to_trainer=False)
     device = torch.device("cuda:0" if args.cuda else "cpu")
