@@ -15,7 +15,7 @@ from tunebench.execution.experiment_run import (
     skip_reason,
 )
 from tunebench.execution.processes import reset_stop
-from tunebench.execution.progress import MatrixProgress
+from tunebench.execution.progress import MatrixProgress, settings_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
@@ -62,7 +62,8 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
     executor = make_executor(options.executor)
     order = [e.folder_name for e in experiments]
     planned = [experiments[i] for i in todo]
-    progress = MatrixProgress([e.folder_name for e in planned], options.max_concurrent)
+    progress = MatrixProgress([e.folder_name for e in planned], options.max_concurrent,
+                              settings=[settings_of(e) for e in planned])
 
     def finished(position: int, row: dict[str, Any]) -> None:
         index = todo[position]
@@ -72,8 +73,8 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
         except ValueError as exc:  # its folder resolves outside the results folder: never written
             logger.error("%s: row not written: %s", experiments[index].folder_name, exc)
         rows[index] = row
-        progress.finished(position, row.get("status", "?"))
-        logger.info("%s: %s", experiments[index].folder_name, row.get("status"))
+        if progress.finished(position, row.get("status", "?"), _run_seconds(row)):  # not for a row updated later
+            logger.info("%s: %s", experiments[index].folder_name, row.get("status"))
         # Keep the CSVs current (rebuilt from every folder on disk, running experiments aside): even a harness
         # that is SIGKILLed leaves every finished row in them.
         results.write_summaries(options.output_dir, order, incomplete=False)
@@ -83,6 +84,13 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
     finally:
         progress.close()
     return [rows[i] for i in sorted(rows)]
+
+
+def _run_seconds(row: dict[str, Any]) -> float | None:
+    """The experiment's own launch-to-end time from its row (an executor that queues, like Ray, knows no start)."""
+    start, end = row.get("experiment_start_unix"), row.get("experiment_end_unix")
+    ok = isinstance(start, (int, float)) and isinstance(end, (int, float)) and end >= start
+    return float(end - start) if ok else None
 
 
 def predicted_oom(experiment: ExperimentSpec, options: RunOptions) -> str | None:

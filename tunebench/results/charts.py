@@ -13,8 +13,10 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from tunebench.results import compare_rules as rules
+from tunebench.results.chart_layout import fitted_legend, wrapped
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +120,10 @@ def delta_heatmap(comparison: pd.DataFrame) -> bytes:
     ax.grid(which="minor", color="white", linewidth=1)
     ax.tick_params(which="minor", length=0)
     note = f"; {hidden} unchanged metric(s) not shown" if hidden else ""
-    ax.set_title(f"Change vs reference (▼ regression, ▲ improvement, = unchanged{note})", fontsize=9)
+    title = f"Change vs reference (▼ regression, ▲ improvement, = unchanged{note})"
+    # A figure title (centred on the PNG), not an axes title: long tick labels push the axes right, and a title
+    # centred on them ran past the right edge.
+    fig.suptitle(wrapped(title, fig.get_figwidth() * 0.95, 9), fontsize=9)
     fig.colorbar(image, ax=ax, label="worse  ←  change (%)  →  better", shrink=0.8, pad=0.01)
     return to_png(fig)
 
@@ -153,11 +158,9 @@ def reference_vs_new(comparison: pd.DataFrame, metric: str) -> bytes:
     ax.invert_yaxis()
     ax.set_xlabel(f"{metric} [{unit}]" if unit else metric)
     rule = data.iloc[0]
-    ax.set_title(
-        f"{metric}: reference vs new ({rule['direction'].replace('_', ' ')}, "
-        f"threshold {rule['threshold_pct']:g}%)\nnew bar red = regression, green = improvement",
-        fontsize=9,
-    )
+    head = f"{metric}: reference vs new ({rule['direction'].replace('_', ' ')}, threshold {rule['threshold_pct']:g}%)"
+    fig.suptitle(wrapped(head, fig.get_figwidth() * 0.95, 9) + "\nnew bar red = regression, green = improvement",
+                 fontsize=9)
     ax.margins(x=0.15)
     ax.legend(fontsize=8, loc="lower right")
     return to_png(fig)
@@ -216,17 +219,18 @@ def stacked_barh(
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10)
+    fig.suptitle(wrapped(title, fig.get_figwidth() * 0.95, 10), fontsize=10)  # centred on the PNG: see delta_heatmap
     ax.margins(x=0.12)
     handles, names = ax.get_legend_handles_labels()
     if marker is not None:  # matplotlib lists the scatter first; the components read better in stack order
         handles, names = handles[1:] + handles[:1], names[1:] + names[:1]
-    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 6), fontsize=8, frameon=False)
+    fitted_legend(fig, handles, names, 6)
     return to_png(fig)
 
 
 def line_panels(panels: Sequence[dict]) -> bytes:
-    """Side-by-side line charts. Each panel: title, xlabel, ylabel, series {name: (xs, ys)}."""
+    """Side-by-side line charts. Each panel: title, xlabel, ylabel, series {name: (xs, ys[, flagged])}; a
+    flagged point (e.g. from a row with a measurement warning) is ringed in red and marked "!"."""
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     # ~10.5 in at 110 dpi fits the 1200 px page without downscaling, so fonts stay readable.
@@ -234,17 +238,22 @@ def line_panels(panels: Sequence[dict]) -> bytes:
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
+    any_flagged = False
     for ax, panel in zip(axes, panels, strict=False):
-        for color, (name, (xs, ys)) in zip(PALETTE * 4, panel["series"].items(), strict=False):
-            order = np.argsort(np.asarray(xs, dtype=float))
-            ax.plot(
-                np.asarray(xs, dtype=float)[order],
-                np.asarray(ys, dtype=float)[order],
-                marker="o",
-                color=color,
-                label=name,
-            )
-        ax.set_title(panel["title"], fontsize=9)
+        for color, (name, points) in zip(PALETTE * 4, panel["series"].items(), strict=False):
+            xs, ys = np.asarray(points[0], dtype=float), np.asarray(points[1], dtype=float)
+            order = np.argsort(xs)
+            ax.plot(xs[order], ys[order], marker="o", color=color, label=name)
+            flags = np.asarray(points[2], dtype=bool) if len(points) > 2 else np.zeros(len(xs), dtype=bool)
+            if flags.any():
+                any_flagged = True
+                ax.scatter(xs[flags], ys[flags], s=150, facecolors="none", edgecolors=REGRESSION_COLOR,
+                           linewidths=1.8, zorder=4)
+                for x, y in zip(xs[flags], ys[flags], strict=True):
+                    # Straight above the ring: an offset to the side could leave the figure at the last x.
+                    ax.annotate("!", (x, y), xytext=(0, 7), textcoords="offset points", ha="center",
+                                color=REGRESSION_COLOR, fontsize=9, fontweight="bold")
+        ax.set_title(wrapped(panel["title"], fig.get_figwidth() / ncols * 0.85, 9), fontsize=9)
         ax.set_xlabel(panel["xlabel"], fontsize=8)
         ax.set_ylabel(panel["ylabel"], fontsize=8)
         ax.tick_params(labelsize=8)
@@ -254,9 +263,11 @@ def line_panels(panels: Sequence[dict]) -> bytes:
         ax.grid(alpha=0.3)
     handles, names = axes[0].get_legend_handles_labels()
     if handles:
-        fig.legend(
-            handles, names, loc="outside lower center", ncol=min(len(names), 3), fontsize=8, frameon=False
-        )
+        if any_flagged:
+            handles.append(Line2D([], [], marker="o", linestyle="none", markerfacecolor="none", markersize=9,
+                                  markeredgecolor=REGRESSION_COLOR, markeredgewidth=1.8))
+            names.append("! measurement warning")
+        fitted_legend(fig, handles, names, 3)
     else:
         axes[0].text(0.5, 0.5, "no series with two or more points", ha="center", transform=axes[0].transAxes)
     return to_png(fig)
@@ -288,10 +299,19 @@ def breakdown_chart(
     return stacked_barh(labels[rows.index].tolist(), components, f"{title} [{unit}]", title, marker=marker)
 
 
+def plotted_rows(ok: pd.DataFrame, x: str, column: str, families: pd.Series) -> pd.Index:
+    """The rows behind `curves_chart`'s points of `column`: a family needs a value at two or more x."""
+    rows = ok[ok[x].notna() & ok[column].notna()] if x in ok.columns and column in ok.columns else ok.iloc[:0]
+    spread = rows.groupby(families[rows.index])[x].transform("nunique")
+    return rows.index[spread >= 2]
+
+
 def curves_chart(
-    ok: pd.DataFrame, x: str, panels: Sequence[tuple[str, str, float]], families: pd.Series, title: str
+    ok: pd.DataFrame, x: str, panels: Sequence[tuple[str, str, float]], families: pd.Series, title: str,
+    flagged: pd.Series | None = None,
 ) -> bytes:
-    """One panel per (column, title, divisor): median y per x, one line per family of ok rows."""
+    """One panel per (column, title, divisor): median y per x, one line per family of ok rows. A point is
+    flagged when any row behind it is (`flagged`: bool per row)."""
     panels = [p for p in panels if p[0] in ok.columns and ok[p[0]].notna().any()]
     if x not in ok.columns or not panels:
         raise ChartSkipped(f"{title}: column {x} or its metric columns are absent or empty among ok rows.")
@@ -305,7 +325,11 @@ def curves_chart(
         for name, grp in ok.groupby(families[ok.index], sort=False):
             med = grp.groupby(x)[col].median().dropna()
             if len(med) >= 2:  # a single point is no curve (e.g. a config only run on 1 GPU)
-                series[name] = (med.index.to_numpy(dtype=float), med.to_numpy(dtype=float) / scale)
+                measured = grp[grp[col].notna()]
+                flags = (flagged[measured.index].groupby(measured[x]).any().reindex(med.index, fill_value=False)
+                         if flagged is not None else pd.Series(False, index=med.index))
+                series[name] = (med.index.to_numpy(dtype=float), med.to_numpy(dtype=float) / scale,
+                                flags.to_numpy(dtype=bool))
         specs.append({"title": label, "xlabel": x, "ylabel": label, "series": series, "integer_x": True})
     if not any(s["series"] for s in specs):
         raise ChartSkipped(f"{title}: no experiment family has ok rows at two or more values of {x}.")

@@ -1,4 +1,4 @@
-"""Renders results for people: the self-contained HTML report and the markdown summary of a comparison.
+"""The self-contained HTML report of a results CSV: the page, its tables and sections, and its command line.
 
 Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--reference CSV]``.
 """
@@ -6,7 +6,6 @@ Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--
 from __future__ import annotations
 
 import argparse
-import base64
 import html
 import logging
 import sys
@@ -16,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.fileio import write_atomic
-from tunebench.results import charts
+from tunebench.results import charts, report_comparison, report_predictions
 from tunebench.results import compare as cmp
 from tunebench.results import compare_rules as rules
+from tunebench.results import report_warnings as warn
 from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
-from tunebench.results.compare_markdown import signed_pct
-from tunebench.results.compare_samples import interval_text, is_tested
+from tunebench.results.report_html import CSS, img, omitted, table
 from tunebench.results.samples import load_samples
 
 logger = logging.getLogger(__name__)
@@ -35,12 +34,16 @@ MEMORY_PARTS = (
     "scan_mem_other",
 )
 GIB = 1024**3
-# (column, panel title, divisor) of the line charts.
-SCALING_PANELS = (
-    ("train_nonpad_tokens_per_second", "non-pad tokens/s (global)", 1.0),
-    ("train_nonpad_tokens_per_second_per_device", "non-pad tokens/s per device", 1.0),
-    ("mfu", "MFU (%)", 0.01),
+# (steady column, whole-run column for rows without the steady one, panel title, divisor) of the scaling chart:
+# the steady figures are the headline; a row without them (an older CSV, a run too short for a steady window)
+# is plotted with its whole-run figure, as a series of its own labelled WHOLE_RUN.
+SCALING_SOURCES = (
+    ("steady_nonpad_tokens_per_second", "train_nonpad_tokens_per_second", "steady non-pad tokens/s (global)", 1.0),
+    ("steady_nonpad_tokens_per_second_per_device", "train_nonpad_tokens_per_second_per_device",
+     "steady non-pad tokens/s per device", 1.0),
+    ("steady_mfu", "mfu", "steady MFU (%)", 0.01),
 )
+WHOLE_RUN = " (whole-run figure)"
 MEMORY_PANELS = (
     ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (GiB)", GIB),
     ("scan_mem_peak_allocated", "scanner peak allocated (GiB)", GIB),
@@ -49,7 +52,7 @@ TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan
 # Columns of the experiments table, in order; absent columns are left out.
 SUMMARY_COLUMNS = (
     ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
-    ("steady_nonpad_tokens_per_second_per_device", "steady tokens/s/device"),
+    ("steady_nonpad_tokens_per_second_per_device", "steady tokens/s per device"),
     ("steady_mfu", "steady MFU"),
     ("steady_step_time_median", "median step"),
     ("steady_step_time_cv", "step CV"),
@@ -60,45 +63,19 @@ SUMMARY_COLUMNS = (
     ("train_runtime", "runtime"),
     ("train_loss", "loss"),
 )
+# Columns of the padding table: short headers, so eight columns fit the page (the CSV names are in the README).
+PADDING_COLUMNS = (
+    ("synthetic_length_distribution", "lengths"),
+    ("packing", "packing"),
+    ("steady_padding_fraction", "padding"),
+    ("scan_attention_backend", "attention kernel"),
+    ("steady_step_time_median", "median step"),
+    ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
+    ("steady_step_time_cv", "step CV"),
+)
 LABEL_KEYS = rules.DEFAULT_KEYS
 # Scaling/batch curves join points that share every one of these columns except those the x axis moves.
 CURVE_KEYS = rules.DEFAULT_KEYS
-
-
-# ----------------------------------------------------------------------------------------------- HTML
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;
-padding:0 1em}
-h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;
-margin-top:1.6em} .meta{color:#666;font-size:.9em} .omitted{color:#8a6d3b;background:#fcf8e3;padding:.4em .7em;
-border-radius:4px} table{border-collapse:collapse;font-size:.85em;margin:.5em 0} th,td{border:1px solid #ddd;
-padding:.3em .6em;text-align:left;vertical-align:top} th{background:#f4f4f4} td.num{text-align:right;white-space:nowrap;
-font-variant-numeric:tabular-nums} img{max-width:100%;border:1px solid #eee;margin:.4em 0}
-.status-ok{color:#2b7a2b} .status-bad{color:#b22222;font-weight:600} .pill{display:inline-block;
-padding:.1em .6em;border-radius:1em;background:#eee;margin-right:.4em}
-"""
-
-
-def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-
-
-def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset(), cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = "".join(
-            f'<td class="num">{html.escape(str(c))}</td>'
-            if i in numeric
-            else f"<td>{html.escape(str(c))}</td>"
-            for i, c in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _omitted(reason: str) -> str:
-    return f'<p class="omitted">Omitted: {html.escape(reason)}</p>'
 
 
 def _labels(df: pd.DataFrame) -> pd.Series:
@@ -119,9 +96,9 @@ def _status(df: pd.DataFrame) -> pd.Series:
 def _chart(make, *args, **kwargs) -> str:
     """An <img> of the chart, or the reason it was left out (absent or too little data)."""
     try:
-        return _img(make(*args, **kwargs), args[-1] if isinstance(args[-1], str) else "chart")
+        return img(make(*args, **kwargs), args[-1] if isinstance(args[-1], str) else "chart")
     except charts.ChartSkipped as skipped:
-        return _omitted(str(skipped))
+        return omitted(str(skipped))
 
 
 def _families(ok: pd.DataFrame, *moving: str) -> pd.Series:
@@ -130,17 +107,21 @@ def _families(ok: pd.DataFrame, *moving: str) -> pd.Series:
     return rules.experiment_labels(ok, cols) if cols and len(ok) else pd.Series("all", index=ok.index)
 
 
-def _experiments_table(df: pd.DataFrame) -> str:
-    cols = [(c, h) for c, h in SUMMARY_COLUMNS if c in df.columns]
+def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> str:
+    """One row per experiment; a row with a measurement warning has its steady figures marked and the warning
+    printed right under its numbers."""
+    present = [(c, h) for c, h in SUMMARY_COLUMNS if c in df.columns]
+    # A column empty in every row (MFU and CUDA peaks on a CPU run) only takes the labels' width: named instead.
+    cols = [(c, h) for c, h in present if df[c].notna().any()]
+    empty = [h for c, h in present if (c, h) not in cols]
     rows = []
-    for _, r in df.iterrows():
-        rows.append([r["_label"], r["_status"], *[rules.format_value(c, r[c]) or "–" for c, _ in cols]])
-    return _table(
-        ["experiment", "status", *[h for _, h in cols]],
-        rows,
-        numeric=set(range(2, 2 + len(cols))),
-        cls="experiments",
-    )
+    for i, r in df.iterrows():
+        cells = [rules.format_value(c, r[c]) or "–" for c, _ in cols]
+        rows.append([r["_label"], r["_status"], *[warn.marked(text, warnings[i]) if warn.is_steady(c) else text
+                                                  for (c, _), text in zip(cols, cells, strict=True)]])
+    note = f'<p class="note">Empty in every row, so not shown: {html.escape(", ".join(empty))}.</p>' if empty else ""
+    return table(["experiment", "status", *[h for _, h in cols]], rows, numeric=set(range(2, 2 + len(cols))),
+                 cls="experiments", notes=[warn.row_note(warnings[i]) for i in df.index]) + note
 
 
 def _failures_table(df: pd.DataFrame) -> str:
@@ -155,41 +136,54 @@ def _failures_table(df: pd.DataFrame) -> str:
             head.rsplit(".", 1)[-1] if head.endswith(("Error", "Exception", "Interrupt", "Exit")) else ""
         )
         rows.append([r["_label"], r["_status"], error_class or "–", line or "–"])
-    return _table(["experiment", "status", "error class", "error"], rows, cls="failures")
+    return table(["experiment", "status", "error class", "error"], rows, cls="failures")
 
 
-def _padding_section(df: pd.DataFrame) -> str:
+def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
     """Padded and unpadded runs side by side: what padding costs, and which attention kernel each one got."""
-    cols = [c for c in ("synthetic_length_distribution", "packing", "steady_padding_fraction",
-                        "scan_attention_backend", "steady_step_time_median", "steady_nonpad_tokens_per_second",
-                        "steady_step_time_cv") if c in df.columns]
+    cols = [(c, h) for c, h in PADDING_COLUMNS if c in df.columns]
     ok = df[df["_status"] == "ok"]
     if "steady_padding_fraction" not in ok.columns or ok.empty:
-        return _omitted("no steady-state columns in this CSV")
-    rows = [[r["_label"], *[rules.format_value(c, r[c]) if rules.metric_family(c) else rules.canonical(r[c])
-                             for c in cols]] for _, r in ok.sort_values("steady_padding_fraction").iterrows()]
+        return omitted("no steady-state columns in this CSV")
+    ok = ok.sort_values("steady_padding_fraction")
+    rows = []
+    for i, r in ok.iterrows():
+        cells = [rules.format_value(c, r[c]) if rules.metric_family(c) else rules.canonical(r[c]) for c, _ in cols]
+        rows.append([r["_label"], *[warn.marked(text, warnings[i]) if warn.is_steady(c) else text
+                                    for (c, _), text in zip(cols, cells, strict=True)]])
     note = ("<p>Same model and batch with and without padding (e.g. scenarios <code>full-finetuning</code> and "
             "<code>full-finetuning-padded</code>): a padding mask can move SDPA to a slower kernel, or make it "
             "build a new kernel plan for every padded length (see the step CV).</p>")
-    return note + _table(["experiment", *cols], rows, numeric=set(range(1, len(cols) + 1)), cls="padding")
+    return note + table(["experiment", *[h for _, h in cols]], rows, numeric=set(range(1, len(cols) + 1)),
+                        cls="padding", notes=[warn.row_note(warnings[i]) for i in ok.index])
 
 
-def _prediction_section(df: pd.DataFrame) -> str:
-    from tunebench.results.prediction_errors import ERROR_PAIRS
-
-    chart = _chart(charts.predicted_vs_measured, df, ERROR_PAIRS)
-    errors = [f"pred_error_{name}" for name, _ in ERROR_PAIRS if f"pred_error_{name}" in df.columns]
-    if not errors:
+def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> str:
+    """Steady throughput and MFU against GPU count (whole-run figures only for rows without steady ones, as
+    series of their own), the points of rows with a measurement warning marked and explained under it."""
+    headline = SCALING_SOURCES[0][0]
+    steady = ok[headline].notna() if headline in ok.columns else pd.Series(False, index=ok.index)
+    frame, panels = ok.copy(), []
+    for steady_col, whole_col, title, scale in SCALING_SOURCES:
+        nan = pd.Series(float("nan"), index=ok.index)
+        frame[f"_plot_{steady_col}"] = ok.get(steady_col, nan).where(steady, ok.get(whole_col, nan))
+        panels.append((f"_plot_{steady_col}", title, scale))
+    families = _families(ok, "num_gpus")
+    families = families.where(steady, families + WHOLE_RUN)
+    flagged = warnings[ok.index] != ""
+    chart = _chart(charts.curves_chart, frame, "num_gpus", panels, families,
+                   "Steady throughput and MFU vs GPU count", flagged=flagged)
+    if not chart.startswith("<img"):
         return chart
-    worst = []
-    for _, r in df.iterrows():
-        for column in errors:
-            if pd.notna(r[column]):
-                worst.append((abs(r[column]), r["_label"], column.removeprefix("pred_error_"), r[column]))
-    worst.sort(key=lambda w: -w[0])
-    rows = [[label, category, f"{100 * error:+.2f} %"] for _, label, category, error in worst[:10]]
-    return chart + "<h3>Worst predictions</h3>" + _table(["experiment", "category", "predicted / measured − 1"],
-                                                          rows, numeric={2}, cls="predictions")
+    plotted = charts.plotted_rows(frame, "num_gpus", panels[0][0], families)
+    notes = []
+    fallback = [i for i in plotted if not steady[i]]
+    if fallback:
+        notes.append(f'<p class="note">{len(fallback)} row(s) have no steady figures: they are plotted with '
+                     f"their whole-run throughput, as the series labelled <i>{html.escape(WHOLE_RUN.strip())}</i>."
+                     "</p>")
+    notes.append(warn.chart_note(ok["_label"], warnings, plotted, "this chart"))
+    return chart + "".join(notes)
 
 
 def _environment(df: pd.DataFrame) -> str:
@@ -198,72 +192,17 @@ def _environment(df: pd.DataFrame) -> str:
         if col in df.columns:
             values = sorted({rules.canonical(v) for v in df[col]} - {""})
             rows.append([col, ", ".join(values) or "–"])
-    return _table(["column", "values"], rows, cls="environment") if rows else "<p>No environment columns.</p>"
-
-
-def _comparison_section(result: cmp.CompareResult) -> str:
-    out = result.outliers
-    counts = out.groupby("kind").size().to_dict()
-    n_reg = int(out["regression"].sum())
-    parts = [
-        # Coloured text, not emoji: headless/CI browsers often lack an emoji font and show boxes.
-        (
-            f'<p><b class="status-bad">{n_reg} regression(s)</b> · '
-            if n_reg
-            else '<p><b class="status-ok">no regression</b> · '
-        )  # fmt: skip
-        + " ".join(f'<span class="pill">{html.escape(k)}: {v}</span>' for k, v in sorted(counts.items()))
-        + "</p>"
-    ]
-    if not out.empty:
-        rows = [
-            [
-                r.label,
-                r.kind,
-                "yes" if r.regression else "no",
-                r.metric if isinstance(r.metric, str) else "",
-                rules.format_value(r.metric, r.reference)
-                if isinstance(r.metric, str)
-                else r.status_reference,
-                rules.format_value(r.metric, r.new) if isinstance(r.metric, str) else r.status_new,
-                signed_pct(r.delta_pct),
-            ]
-            for r in out.astype({"status_reference": object, "status_new": object}).fillna(
-                {"status_reference": "", "status_new": ""}).itertuples()
-        ]
-        parts.append(
-            _table(
-                ["experiment", "finding", "regression", "metric", "reference", "new", "change"],
-                rows,
-                numeric={4, 5, 6},
-                cls="findings",
-            )
-        )
-    tested = [r for r in result.comparison.itertuples() if is_tested(r)]
-    if tested:  # the verdicts that rest on step samples, with their intervals
-        rows = [[r.label, r.metric, r.verdict, signed_pct(r.delta_pct), interval_text(r)] for r in tested]
-        parts += ["<h3>Steady time and throughput: significance and effect size</h3>",
-                  _table(["experiment", "metric", "verdict", "change", "test"], rows, numeric={3}, cls="verdicts")]
-    if len(result.changed_arguments):
-        parts.append("<h3>Changed arguments</h3>")
-        parts.append(
-            _table(
-                ["experiment", "argument", "reference", "new"],
-                result.changed_arguments.values.tolist(),
-                cls="changed",
-            )
-        )
-    if not result.comparison.empty and (result.comparison["verdict"] != "ignored").any():
-        parts.append(_img(charts.delta_heatmap(result.comparison), "change vs reference"))
-    return "\n".join(parts)
+    return table(["column", "values"], rows, cls="environment") if rows else "<p>No environment columns.</p>"
 
 
 def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None, samples=(None, None)) -> str:
     """The whole HTML page (charts embedded as base64 PNG) for one results CSV; `samples` = the step samples of
     (reference, results) for the comparison."""
     metric_cols = [c for c in df.columns if rules.metric_family(c)]
-    df = numeric_metrics(df, metric_cols, "results")
+    # A copy: numeric_metrics assigns column by column, which leaves a wide CSV's frame fragmented.
+    df = numeric_metrics(df, metric_cols, "results").copy()
     df["_label"], df["_status"] = _labels(df), _status(df)
+    warnings = warn.warning_texts(df)
     status_counts = df["_status"].value_counts()
     pills = " ".join(f'<span class="pill">{html.escape(s)}: {n}</span>' for s, n in status_counts.items())
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -272,43 +211,23 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "<h1>tunebench report</h1>",
         f'<p class="meta">source: <code>{html.escape(source)}</code> · generated {now} · {len(df)} experiment rows '
         f"{pills}</p>",
+        warn.summary(df),
         "<h2>Experiments</h2>",
-        _experiments_table(df),
+        _experiments_table(df, warnings),
         "<h2>Memory breakdown (scanner)</h2>",
-        _chart(
-            charts.breakdown_chart,
-            df,
-            df["_label"],
-            MEMORY_PARTS,
-            "scan_mem_peak_allocated",
-            "Memory by category",
-        ),
+        _chart(charts.breakdown_chart, df, df["_label"], MEMORY_PARTS, "scan_mem_peak_allocated",
+               "Memory by category"),
         "<h2>Step time breakdown (scanner)</h2>",
-        _chart(
-            charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step", "Time per step by phase"
-        ),
+        _chart(charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step", "Time per step by phase"),
         "<h2>Scaling with GPU count</h2>",
-        _chart(
-            charts.curves_chart,
-            ok,
-            "num_gpus",
-            SCALING_PANELS,
-            _families(ok, "num_gpus"),
-            "Throughput and MFU vs GPU count",
-        ),
+        _scaling_section(ok, warnings),
         "<h2>Memory vs effective batch size</h2>",
-        _chart(
-            charts.curves_chart,
-            ok,
-            "effective_batch_size",
-            MEMORY_PANELS,
-            _families(ok, "effective_batch_size", "per_device_train_batch_size"),
-            "Memory vs effective batch size",
-        ),
+        _chart(charts.curves_chart, ok, "effective_batch_size", MEMORY_PANELS,
+               _families(ok, "effective_batch_size", "per_device_train_batch_size"), "Memory vs effective batch size"),
         "<h2>Padding and attention kernels</h2>",
-        _padding_section(df),
+        _padding_section(df, warnings),
         "<h2>Memory: predicted before launch vs measured</h2>",
-        _prediction_section(df),
+        report_predictions.section(df, df["_label"]),
         "<h2>Failures</h2>",
         _failures_table(df),
         "<h2>Environment</h2>",
@@ -319,11 +238,11 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
                                     reference_samples=samples[0], results_samples=samples[1])
         body += [
             f"<h2>Comparison with reference <code>{html.escape(reference.attrs.get('path', ''))}</code></h2>",
-            _comparison_section(result),
+            report_comparison.section(result, df),
         ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tunebench report</title>'
-        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
     )
 
 

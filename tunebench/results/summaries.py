@@ -184,9 +184,24 @@ def summary_table(frame: pd.DataFrame) -> str:
     view["start s"] = column("startup_seconds")
     view["loss"] = column("train_loss", fmt="{:.3f}")
     table = view.to_string(index=False)
-    warnings = frame.get("measurement_warning", pd.Series(dtype=object))
-    labels = frame.get("scenario", pd.Series([""] * len(frame))).astype(str) + "/" + frame.get(
-        "framework_config", pd.Series([""] * len(frame))).astype(str)
-    notes = [f"  ! {label}: {text}" for label, text in zip(labels, warnings, strict=False)
-             if isinstance(text, str) and text]
+    # One line per row, keyed by what tells the rows of a matrix apart: scenario/framework alone repeats for
+    # every GPU count and batch size of a scenario, and the id finds the row's folder and CSV line.
+    notes = [f"  ! {_row_key(row)}: {row['measurement_warning']}" for _, row in frame.iterrows()
+             if isinstance(row.get("measurement_warning"), str) and row["measurement_warning"].strip()]
     return table + ("\nmeasurement warnings:\n" + "\n".join(notes) if notes else "")
+
+
+def _row_key(row: pd.Series) -> str:
+    """`<experiment_id> <scenario>/<framework> gpus=<n> bs=<per device>×<accumulation>` (absent parts left out)."""
+    def text(name: str) -> str:
+        value = row.get(name)
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            return ""
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    parts = [text("experiment_id"), "/".join(p for p in (text("scenario"), text("framework_config")) if p)]
+    if text("num_gpus"):
+        parts.append(f"gpus={text('num_gpus')}")
+    if text("per_device_train_batch_size"):
+        parts.append(f"bs={text('per_device_train_batch_size')}×{text('gradient_accumulation_steps') or 1}")
+    return " ".join(p for p in parts if p)

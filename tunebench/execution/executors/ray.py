@@ -140,7 +140,7 @@ class RayExecutor:
             resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
                          else {"num_cpus": experiment.num_gpus})
             pending[remote.options(**resources).remote(experiment, options)] = index
-            progress.started(index, "submitted to Ray")
+            progress.submitted(index, "Ray")  # queued in Ray until its resources free up: not known to run
         intervals: dict[int, tuple[float, float | None]] = {}
         rows: dict[int, dict[str, Any]] = {}
         try:

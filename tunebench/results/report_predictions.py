@@ -1,0 +1,98 @@
+"""The report's prediction section: predicted against measured memory, only where the two mean the same thing.
+
+On CUDA the scanner takes every category at the allocator's peak, the instant the prediction describes. On CPU
+there is no allocator peak: the scanner's `activations` is the step's maximum (the prediction's CPU figure is
+that same maximum), `grads` is the most gradient memory held at any phase boundary, and `temporaries`, `other`
+and the peak are left empty. So on CPU rows only the static categories and the activations are compared.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+import pandas as pd
+
+from tunebench.results import charts
+from tunebench.results.prediction_errors import ERROR_PAIRS
+from tunebench.results.report_html import img, omitted, table
+
+logger = logging.getLogger(__name__)
+
+# category -> why a CPU row's prediction of it cannot be held against its measurement.
+CPU_NOT_COMPARABLE = {
+    "grads": "the CPU scanner reports the most gradient memory held at any phase boundary of the step, while the "
+             "prediction gives the gradients live at its predicted peak (none when that peak falls in the forward "
+             "pass, before backward creates them)",
+    "temporaries": "the scanner measures no temporaries on CPU (there is no allocator peak to take them at)",
+    "peak": "no allocator peak is measured on CPU",
+}
+WORST_ROWS = 10
+
+
+def is_cpu(df: pd.DataFrame) -> pd.Series:
+    """Rows measured on CPU; rows without a device_type are taken as GPU rows (left as they were)."""
+    if "device_type" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["device_type"].astype(str).str.strip().str.lower() == "cpu"
+
+
+def comparable(df: pd.DataFrame, category: str) -> pd.Series:
+    """Rows whose prediction of `category` can be compared with what the run measured."""
+    if category in CPU_NOT_COMPARABLE:
+        return ~is_cpu(df)
+    return pd.Series(True, index=df.index)
+
+
+def comparable_only(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose predictions and errors that cannot be compared are blanked (so no chart or table uses them)."""
+    out = df.copy()
+    for name, _ in ERROR_PAIRS:
+        keep = comparable(out, name)
+        for column in (f"pred_mem_{name}", f"pred_error_{name}"):
+            if column in out.columns:
+                out[column] = out[column].where(keep)
+    return out
+
+
+def _exclusion_note(df: pd.DataFrame) -> str:
+    """Which categories were left out on CPU rows that had a prediction of them, and why."""
+    cpu = is_cpu(df)
+    left_out = [name for name in CPU_NOT_COMPARABLE
+                if f"pred_mem_{name}" in df.columns and df.loc[cpu, f"pred_mem_{name}"].notna().any()]
+    if not left_out:
+        return ""
+    items = "".join(f"<li><b>{name}</b>: {html.escape(CPU_NOT_COMPARABLE[name])}</li>" for name in left_out)
+    return (f'<div class="note">Not compared on the {int(cpu.sum())} CPU row(s): {", ".join(left_out)} (GPU rows '
+            f"compare every category):<ul>{items}</ul></div>")
+
+
+def worst(df: pd.DataFrame, labels: pd.Series, count: int = WORST_ROWS) -> list[tuple[str, str, float]]:
+    """(label, category, predicted / measured − 1) of the comparable pairs, largest |error| first."""
+    found = []
+    for name, _ in ERROR_PAIRS:
+        column = f"pred_error_{name}"
+        if column not in df.columns:
+            continue
+        errors = df[column].where(comparable(df, name)).dropna()
+        found += [(abs(error), labels[i], name, error) for i, error in errors.items()]
+    found.sort(key=lambda item: -item[0])
+    return [(label, name, error) for _, label, name, error in found[:count]]
+
+
+def section(df: pd.DataFrame, labels: pd.Series) -> str:
+    """Chart of predicted vs measured per category, the CPU exclusions and the worst predictions table."""
+    shown = comparable_only(df)
+    try:
+        chart = img(charts.predicted_vs_measured(shown, ERROR_PAIRS), "predicted vs measured memory")
+    except charts.ChartSkipped as skipped:
+        chart = omitted(str(skipped))
+    note = _exclusion_note(df)
+    if not any(f"pred_error_{name}" in df.columns for name, _ in ERROR_PAIRS):
+        return chart + note
+    # + 0.0 turns a rounded -0.0 into 0.0: a prediction a few bytes over is not "-0.00 %".
+    rows = [[label, name, f"{round(100 * error, 2) + 0.0:+.2f} %"] for label, name, error in worst(df, labels)]
+    if not rows:
+        return chart + note + "<h3>Worst predictions</h3><p>No comparable prediction error in this CSV.</p>"
+    return (chart + note + "<h3>Worst predictions</h3>"
+            + table(["experiment", "category", "predicted / measured − 1"], rows, numeric={2}, cls="predictions"))
