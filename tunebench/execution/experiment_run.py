@@ -44,7 +44,7 @@ class RunOptions:
     ray_transfer: str = "object"  # object (folders come back through Ray) | shared (a shared filesystem)
     slurm_partition: str | None = None  # sbatch --partition (None: the cluster's default)
     slurm_account: str | None = None  # sbatch --account
-    slurm_time_limit: int | None = None  # minutes per job (None: from timeout_seconds, with room to start)
+    slurm_time_limit: float | None = None  # minutes per job (None: from timeout_seconds, with room to start)
     slurm_extra: dict[str, str] = field(default_factory=dict)  # further sbatch arguments, KEY → VALUE
     slurm_cluster: str = "slurm"  # submitit's cluster: slurm, or local (jobs on this machine: the tests' stand-in)
     # Set by a multi-node executor on each node of an experiment that spans machines: this node's part of it.

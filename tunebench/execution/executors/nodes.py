@@ -67,6 +67,7 @@ class NodeOutcome:
     node_rank: int
     row: dict[str, Any] | None = None
     failure: str | None = None  # the task/job failed outside the experiment (node died, cancelled, …)
+    failure_status: str = "error"  # the row's class for that failure (`timeout` when a job hit its time limit)
     cancelled: bool = False  # tunebench stopped it after another node failed
     where: str = ""  # the node's address
 
@@ -96,7 +97,7 @@ def merge_node_rows(base: dict[str, Any], outcomes: list[NodeOutcome]) -> dict[s
         return {**row, "status": "error", "error_messages": "no node of this experiment returned"}
     where = f"node {cause.node_rank}" + (f" ({cause.where})" if cause.where else "")
     if cause.failure is not None:
-        status, message = "error", cause.failure
+        status, message = cause.failure_status, cause.failure
     else:
         status, message = cause.row.get("status", "error"), cause.row.get("error_messages", "")
     row.update(status=status, error_messages=f"{where}: {message}")
