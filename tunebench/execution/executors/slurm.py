@@ -148,7 +148,9 @@ class SlurmExecutor:
         if options.slurm_account:
             parameters["account"] = options.slurm_account
         if options.slurm_extra:
-            parameters["additional_parameters"] = dict(options.slurm_extra)
+            # submitit writes `key_name` as `--key-name`; one spelling, so that a --slurm_extra value replaces
+            # the one set here (cpus-per-task) instead of adding a second line that sbatch might read last.
+            parameters["additional_parameters"] = {k.replace("-", "_"): v for k, v in options.slurm_extra.items()}
         executor.update_parameters(**parameters)
         return executor
 
