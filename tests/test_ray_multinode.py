@@ -134,7 +134,9 @@ def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, c
     assert not runner.is_alive()
     (row,) = rows
     # The dead node is named as the cause, not its peer's lost connection.
-    assert row["status"] == "error" and "died" in row["error_messages"], row["error_messages"]
+    message = row["error_messages"]
+    assert row["status"] == "error" and message.startswith("node "), message
+    assert "NodeDiedError" in message or "died" in message, message
     leftovers = subprocess.run(["pgrep", "-f", planned[0].folder_name], capture_output=True, text=True).stdout.split()
     assert leftovers == [], leftovers  # every node's launcher and ranks are gone
     assert set(group_states().values()) == {"REMOVED"}

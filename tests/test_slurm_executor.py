@@ -100,6 +100,10 @@ def test_a_two_node_job_gives_the_row_of_a_local_two_process_run(tmp_path, pinne
     for rank, script in ((0, folder / "command.sh"), (1, folder / "nodes" / "1" / "command.sh")):
         text = script.read_text()
         assert "--nnodes 2" in text and f"--node_rank {rank}" in text
+    # --overwrite takes the node and job folders along with the rest of the experiment's files.
+    from tunebench.results.folder import remove_previous_results
+
+    assert remove_previous_results(tmp_path / "slurm") == 1 and not folder.exists()
 
 
 def test_a_job_past_its_time_limit_is_a_timeout_row(tmp_path, pinned_model):
