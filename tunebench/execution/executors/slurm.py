@@ -143,6 +143,8 @@ class SlurmExecutor:
             parameters["gpus_per_node"] = shape.per_node
         else:
             parameters["cpus_per_task"] = shape.per_node  # one process per CPU, as the local executor packs them
+        if options.exclusive_timing or experiment.exclusive:  # timed alone: no other job on its nodes
+            parameters["exclusive"] = True
         if options.slurm_partition:
             parameters["partition"] = options.slurm_partition
         if options.slurm_account:
