@@ -114,6 +114,27 @@ def test_the_layouts_a_cluster_offers():
     assert node_layout(6, [2, 2, 2, 1]) == NodeShape(3, 2)
 
 
+def test_the_cause_of_a_failed_multi_node_row():
+    """Node 0's row when every node succeeded; else the dead node over an OOM over the first error, and never
+    a node that tunebench cancelled."""
+    from tunebench.execution.executors.nodes import NodeOutcome, merge_node_rows
+
+    ok = {"status": "ok", "train_loss": 1.0}
+    base = {"scenario": "s"}
+    assert merge_node_rows(base, [NodeOutcome(1, dict(ok)), NodeOutcome(0, dict(ok))])["train_loss"] == 1.0
+    lost = {"status": "error", "error_messages": "Connection closed by peer"}
+    died = NodeOutcome(1, failure="ray: NodeDiedError: gone", where="10.0.0.2")
+    row = merge_node_rows(base, [NodeOutcome(0, dict(lost)), died])
+    assert row["status"] == "error" and row["error_messages"] == "node 1 (10.0.0.2): ray: NodeDiedError: gone"
+    oom = NodeOutcome(1, {"status": "oom", "error_messages": "CUDA out of memory"})
+    assert merge_node_rows(base, [NodeOutcome(0, dict(lost)), oom])["status"] == "oom"
+    cancelled = NodeOutcome(1, failure="ray: TaskCancelledError", cancelled=True)
+    row = merge_node_rows(base, [cancelled, NodeOutcome(0, dict(lost))])
+    assert row["error_messages"] == "node 0: Connection closed by peer"
+    timed_out = NodeOutcome(0, failure="slurm: job 7 (TIMEOUT): …", failure_status="timeout")
+    assert merge_node_rows(base, [timed_out])["status"] == "timeout"
+
+
 # ------------------------------------------------------------------------------------------ a real Slurm
 SLURM_CONF = """ClusterName=tunebench
 SlurmctldHost={host}
