@@ -15,6 +15,7 @@ from tunebench.cli.options import (
     booleans,
     build_parser,
     numbers,
+    sbatch_arguments,
     split,
 )
 from tunebench.errors import InputError, InputProblem
@@ -65,6 +66,7 @@ def plan(options: argparse.Namespace):
     memory_logging |= {"nvidia"} if options.log_nvidia_smi else set()
     memory_logging |= {"huggingface"} if options.log_memory_hf else set()
     problems += results_folder.check(options.results_output_path)
+    sbatch_arguments(options.slurm_extra, problems)
     for option, allowed in OPTION_RANGES.items():
         value = getattr(options, option.lstrip("-"))
         if allowed.problem(value):
@@ -100,9 +102,28 @@ def plan(options: argparse.Namespace):
     if problems:
         raise InputError(problems)
     if options.executor != "local" and not options.dry_run:
-        # Last: joining a cluster is the slowest check. An unreachable one is an input error within the bound.
-        executor.connect(options.ray_address, options.ray_connect_timeout)
+        # Last: asking the cluster is the slowest check (joining Ray, sinfo). An unreachable cluster, or one the
+        # experiments do not fit, is an input error within a bound.
+        executor.check(_run_options(options, gpus, memory_logging, {}), experiments)
     return experiments, device_type, gpus, memory_logging
+
+
+def _run_options(options: argparse.Namespace, gpus, memory_logging: set[str], predictions: dict) -> RunOptions:
+    """What the runner and the executors take from the command line."""
+    extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
+    return RunOptions(
+        output_dir=Path(options.results_output_path), accelerate_config_path=options.accelerate_config,
+        timeout_seconds=options.timeout, dry_run=options.dry_run, resume=not options.no_resume,
+        available_gpus=list(range(len(gpus))),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
+        log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms,
+        nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env, preload=not options.no_preload,
+        executor=options.executor, max_concurrent=options.max_concurrent, cpu_slots=options.cpu_slots,
+        exclusive_timing=options.exclusive_timing, ray_address=options.ray_address, ray_transfer=options.ray_transfer,
+        ray_connect_timeout=options.ray_connect_timeout, slurm_partition=options.slurm_partition,
+        slurm_account=options.slurm_account, slurm_time_limit=options.slurm_time_limit,
+        slurm_extra=sbatch_arguments(options.slurm_extra, []), predictions=predictions,
+        skip_predicted_oom=options.skip_predicted_oom,
+    )
 
 
 def _predictions(options, experiments, gpus) -> dict:
@@ -158,16 +179,7 @@ def _write_pip_freeze(output_dir: Path) -> None:
 def _run(options, experiments, device_type, gpus, memory_logging, predictions) -> int:
     """Claim and lock the results folder, run the matrix, and rebuild the CSVs from disk however it ends."""
     output_dir = Path(options.results_output_path)
-    extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
-    run_options = RunOptions(
-        output_dir=output_dir, accelerate_config_path=options.accelerate_config, timeout_seconds=options.timeout,
-        dry_run=options.dry_run, resume=not options.no_resume, available_gpus=list(range(len(gpus))),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
-        log_nvidia_smi="nvidia" in memory_logging, nvidia_smi_loop_ms=options.nvidia_smi_loop_ms,
-        nvidia_smi_backend=options.nvidia_smi_backend, extra_env=extra_env, preload=not options.no_preload,
-        executor=options.executor, max_concurrent=options.max_concurrent, cpu_slots=options.cpu_slots,
-        exclusive_timing=options.exclusive_timing, ray_address=options.ray_address, ray_transfer=options.ray_transfer,
-        ray_connect_timeout=options.ray_connect_timeout, predictions=predictions, skip_predicted_oom=options.skip_predicted_oom,
-    )
+    run_options = _run_options(options, gpus, memory_logging, predictions)
     with stop_on_signals(), results_lock(output_dir):
         if options.overwrite and not options.dry_run:
             removed = results_folder.remove_previous_results(output_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from pathlib import Path
 
 from transformers.hf_argparser import string_to_bool
@@ -23,12 +24,13 @@ CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range).
 OPTION_RANGES: dict[str, Range] = {
     "--timeout": Range(0, low_open=True), "--nvidia_smi_loop_ms": Range(1), "--max_concurrent": Range(1),
-    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True),
+    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True), "--slurm_time_limit": Range(1),
 }
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
                 "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list"}
 MATRIX_RANGE = Range(1)  # what `numbers` accepts
+_SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
                    "CSV), `report` (HTML report); e.g. `benchmark.py compare --help`")
@@ -66,6 +68,22 @@ def booleans(values: list[str] | None, problems: list[InputProblem]) -> list[boo
         problems.append(InputProblem("command line", "--packing_matrix", f"expected true/false values, got {items}",
                                      "e.g. --packing_matrix true false"))
         return None
+
+
+def sbatch_arguments(values: list[str] | None, problems: list[InputProblem]) -> dict[str, str]:
+    """`--slurm_extra KEY=VALUE ...` as sbatch's `--KEY=VALUE` lines: a key is a word (sbatch's own spelling),
+    a value is one line (it is written into the job script)."""
+    found: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not _SBATCH_KEY.fullmatch(key) or not value or any(c in value for c in "\r\n\0"):
+            problems.append(InputProblem("command line", "--slurm_extra", f"expected KEY=VALUE with an sbatch "
+                                         f"option name and a one-line value, got {item!r}",
+                                         "e.g. --slurm_extra cpus-per-task=16 constraint=h100"))
+            continue
+        found[key] = value
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         "HBM3\") or a size (`80GiB`); default the GPUs present. On a CPU matrix, a per-process budget")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
         "predicted peak and the capacity (implies `--plan`)")
-    opt("--executor", choices=["local", "ray"], default="local",
-        help="where experiments run: this machine, or one Ray task each on a Ray cluster (`tunebench[ray]`)")
+    opt("--executor", choices=["local", "ray", "slurm"], default="local",
+        help="where experiments run: this machine, one Ray task each on a Ray cluster (`tunebench[ray]`), or one "
+        "Slurm job each (`tunebench[slurm]`); an experiment wider than a node spans several")
     opt("--max_concurrent", type=int, default=1, metavar="N",
         help="local executor: up to N experiments at once on disjoint GPU sets (CPU: process slots)")
     opt("--cpu_slots", type=int, default=0, metavar="N", help="CPU runs: process slots to pack onto (0: the cores)")
@@ -120,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the cluster at `--ray_address`; unreachable → exit 2")
     opt("--ray_transfer", choices=["object", "shared"], default="object",
         help="how experiment folders come back: through Ray's object store, or a filesystem shared by every node")
+    opt("--slurm_partition", default=None, metavar="NAME",
+        help="Slurm partition of the jobs (default the cluster's default); one sinfo does not list → exit 2")
+    opt("--slurm_account", default=None, metavar="NAME", help="Slurm account charged for the jobs")
+    opt("--slurm_time_limit", type=int, default=None, metavar="MIN", help="each job's Slurm time limit in minutes "
+        "(default `--timeout` + 10 min); a job reaching it is a `timeout` row")
+    opt("--slurm_extra", nargs="+", action="extend", default=None, metavar="KEY=VALUE",
+        help="further sbatch arguments, e.g. `--slurm_extra cpus-per-task=16 constraint=h100` (repeatable)")
     opt("--no_preload", action="store_true",
         help="start every experiment in a new interpreter instead of forking it from the preload server")
     opt("--preload_models", action="store_true", help="load every model's config and tokenizer before the matrix")

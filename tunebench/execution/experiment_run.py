@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.execution.failures import classify
-from tunebench.execution.launchers import choose, command_script
+from tunebench.execution.launchers import Rendezvous, choose, command_script
 from tunebench.execution.processes import run_process, stop_reason
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
@@ -43,6 +43,13 @@ class RunOptions:
     ray_address: str | None = None
     ray_connect_timeout: float = 30.0  # seconds to wait for the cluster at ray_address
     ray_transfer: str = "object"  # object (folders come back through Ray) | shared (a shared filesystem)
+    slurm_partition: str | None = None  # sbatch --partition (None: the cluster's default)
+    slurm_account: str | None = None  # sbatch --account
+    slurm_time_limit: float | None = None  # minutes per job (None: from timeout_seconds, with room to start)
+    slurm_extra: dict[str, str] = field(default_factory=dict)  # further sbatch arguments, KEY → VALUE
+    slurm_cluster: str = "slurm"  # submitit's cluster: slurm, or local (jobs on this machine: the tests' stand-in)
+    # Set by a multi-node executor on each node of an experiment that spans machines: this node's part of it.
+    node: Rendezvous | None = None
     predictions: dict[str, dict[str, Any]] = field(default_factory=dict)  # experiment_id → pred_* columns
     skip_predicted_oom: bool = False
 
@@ -52,7 +59,9 @@ def cpu_slots(options: RunOptions) -> int:
     return options.cpu_slots or os.cpu_count() or 1
 
 
-def skip_reason(experiment: ExperimentSpec, available_gpus: int, slots: int | None = None) -> str | None:
+def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: int | None = None) -> str | None:
+    """Why an experiment cannot run; `available_gpus` / `slots` None: the machine's size is not the limit (a
+    cluster executor places it)."""
     fc = experiment.framework_config
     if experiment.device_type == "cpu" and slots is not None and experiment.num_gpus > slots:
         return (f"needs {experiment.num_gpus} processes, this machine has {slots} CPU slot(s) (--cpu_slots raises "
@@ -61,7 +70,7 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int, slots: int | No
         return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
     if experiment.device_type == "cpu" and "fsdp" in experiment.arguments and experiment.arguments["fsdp"]:
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
-    if experiment.device_type == "cuda" and experiment.num_gpus > available_gpus:
+    if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
     return None
 
@@ -97,9 +106,20 @@ def _harness_trackers(options: RunOptions) -> list:
     return trackers
 
 
+def node_folder(experiment_folder: Path, node_rank: int) -> Path:
+    """Where node `node_rank` of an experiment spanning machines keeps its spec, command, logs and ranks' files:
+    node 0 (global rank 0, which writes results.json) the experiment folder, every other node a folder of its own
+    inside it, so that nodes writing into one shared folder never overwrite each other's logs."""
+    return experiment_folder if node_rank == 0 else experiment_folder / "nodes" / str(node_rank)
+
+
 def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
-    """Prepare the folder, launch, wait, and return the row; the caller (the runner) writes it, once."""
-    folder = options.output_dir / experiment.folder_name
+    """Prepare the folder, launch, wait, and return the row; the caller (the runner) writes it, once. With
+    `options.node`, this node's part of an experiment that spans machines."""
+    node = options.node
+    folder = node_folder(options.output_dir / experiment.folder_name, node.node_rank if node else 0)
+    # Only global rank 0 writes results.json: the other nodes succeed by their processes exiting 0.
+    follower = node is not None and node.node_rank > 0
     row = base_row(experiment, options)
     try:
         ensure_inside(options.output_dir, folder)
@@ -110,7 +130,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
         # rewrites them (its command.sh may name another interpreter).
         return {**row, "status": "dry_run", "error_messages": "already run: its files were left as they are"}
     folder.mkdir(parents=True, exist_ok=True)
-    launcher = choose(experiment, options.preload, options.accelerate_config_path)
+    launcher = choose(experiment, options.preload, options.accelerate_config_path, node)
     command = launcher.command(experiment, folder / SPEC_FILE, gpu_ids, options.extra_env)
     experiment.write(folder, command.argv)
     write_atomic(folder / "command.sh", command_script(command))
@@ -127,6 +147,8 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
         row.update(produced)
+    elif follower and outcome.returncode == 0 and not outcome.timed_out and not stopped_by:
+        row["status"] = "ok"
     elif stopped_by:
         row["status"] = "error"
         row["error_messages"] = (f"interrupted: tunebench was stopped by {stopped_by} while this experiment ran "

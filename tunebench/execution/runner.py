@@ -43,8 +43,11 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
                 results.write_row(folder, previous, root=options.output_dir)
             rows[index] = previous
             continue
-        reason = skip_reason(experiment, len(options.available_gpus), cpu_slots(options)) or \
-            predicted_oom(experiment, options)
+        # On a cluster executor this machine's GPUs and cores are not the limit: the executor places (or skips)
+        # what its nodes cannot hold, wider experiments across several nodes.
+        here = options.executor == "local"
+        reason = skip_reason(experiment, len(options.available_gpus) if here else None,
+                             cpu_slots(options) if here else None) or predicted_oom(experiment, options)
         if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
             row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
             rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}

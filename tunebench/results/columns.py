@@ -243,8 +243,9 @@ REGISTRY: tuple[Column, ...] = (
     _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
     _k("experiment_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the harness launched the experiment"),
     _k("experiment_end_unix", BOOKKEEPING, "s", S_BOOK, "unix time its process group was gone"),
-    _k("executor", BOOKKEEPING, "-", S_BOOK, "`local` or `ray`"),
-    _k("ray_node", BOOKKEEPING, "-", S_BOOK, "with `--executor ray`: IP address of the node that ran it"),
+    _k("executor", BOOKKEEPING, "-", S_BOOK, "`local`, `ray` or `slurm`"),
+    _k("ray_node", BOOKKEEPING, "-", S_BOOK, "with `--executor ray`: IP address of the node that ran it (several nodes: "
+       "their addresses in node-rank order)"),
     _k("concurrent_experiments", BOOKKEEPING, "count", S_BOOK,
        "other experiments that ran at any moment during this one (shared host CPU, PCIe, power: timing may suffer)"),
     _k("startup_preloaded", BOOKKEEPING, "-", S_BOOK,

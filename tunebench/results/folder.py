@@ -37,7 +37,8 @@ OWN_TOP_LEVEL = {MARKER, LOCK_FILE, *SUMMARY_FILES, *SUMMARY_FOLDERS}
 EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "stderr.log", "results.json",
                     "steps.json", "scan*.json", "error_rank*.json", "nvidia_smi.csv", "nvidia_smi.csv.partial",
                     ".*.tmp")
-EXPERIMENT_TREES = ("trainer_output",)
+# nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
+EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
 _REPO = Path(__file__).resolve().parents[2]
 
 

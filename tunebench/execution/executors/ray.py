@@ -7,28 +7,27 @@ driver). Experiment folders reach the driver's results directory either through 
 `--ray_transfer object`: the task returns its folder as a tar archive) or by writing straight into it
 (`--ray_transfer shared`: the results directory must be the same path on every node, e.g. NFS).
 
-An experiment that needs more GPUs (or CPUs) than the largest node has is `skipped` with the reason: one
-experiment spanning several nodes (placement group + multi-node rendezvous) is not supported yet.
+An experiment that needs more GPUs (or CPUs) than the largest node has spans several nodes
+(executors/ray_spanning.py): a placement group with one bundle per node, the launcher on each node with its
+node rank. One that no even split over the nodes can hold is `skipped` with the reason.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import shutil
 import socket
-import tarfile
-import tempfile
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.experiment_run import RunOptions, base_row, run_one
+from tunebench.execution.executors.nodes import no_layout_reason, node_layout
+from tunebench.execution.executors.ray_spanning import SpanningRun
+from tunebench.execution.executors.ray_tasks import run_task, unpack
+from tunebench.execution.experiment_run import RunOptions, base_row
 from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import overlaps
 from tunebench.experiment.spec import ExperimentSpec
@@ -46,31 +45,6 @@ def ray_missing() -> str | None:
     except ImportError:
         return "Ray is not installed (it is an optional dependency)"
     return None
-
-
-def _task(experiment: ExperimentSpec, options: RunOptions) -> tuple[dict[str, Any], bytes | None, dict[str, Any]]:
-    """Runs on a Ray worker: the experiment through the normal launch path; returns (row, folder tar, where)."""
-    import ray
-
-    started = time.time()
-    gpu_ids = [int(g) for g in ray.get_gpu_ids()] if experiment.device_type == "cuda" else []
-    shared = options.ray_transfer == "shared"
-    scratch = None if shared else Path(tempfile.mkdtemp(prefix="tunebench-ray-"))
-    node_options = replace(options, output_dir=options.output_dir if shared else scratch, preload=False)
-    try:
-        row = run_one(experiment, gpu_ids, node_options)
-        archive = None
-        if not shared:
-            buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-                tar.add(scratch / experiment.folder_name, arcname=experiment.folder_name,
-                        filter=lambda info: None if "trainer_output" in info.name else info)
-            archive = buffer.getvalue()
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-    where = {"node": ray.util.get_node_ip_address(), "gpus": gpu_ids, "start": started, "end": time.time()}
-    return row, archive, where
 
 
 class RayExecutor:
@@ -119,37 +93,65 @@ class RayExecutor:
             first = (str(outcome["error"]).strip().splitlines() or [type(outcome["error"]).__name__])[0][:300]
             raise InputError([InputProblem("command line", "--ray_address", f"cannot join {where}: {first}", fix)])
 
+    def check(self, options: RunOptions, experiments: list[ExperimentSpec]) -> None:
+        """Before anything runs (cli.plan): the cluster must answer (an InputError otherwise)."""
+        self.connect(options.ray_address, options.ray_connect_timeout)
+
     def run(self, experiments: list[ExperimentSpec], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         import ray
 
         self.connect(options.ray_address, options.ray_connect_timeout)
-        largest = _largest_node(ray.nodes())
-        remote = ray.remote(max_retries=0)(_task)
+        capacities = _node_capacities(ray.nodes())
+        remote = ray.remote(max_retries=0)(run_task)
         pending: dict[Any, int] = {}
-        # Largest first, as the local scheduler does: the wide experiments are the hard ones to place late.
-        for index in sorted(range(len(experiments)), key=lambda i: -experiments[i].num_gpus):
-            experiment = experiments[index]
-            kind = "GPU" if experiment.device_type == "cuda" else "CPU"
-            if experiment.num_gpus > largest[kind]:
-                reason = (f"needs {experiment.num_gpus} {kind}(s) on one node, the largest Ray node has "
-                          f"{largest[kind]:g}; experiments spanning several nodes are not supported yet")
-                finished(index, {**base_row(experiment, options), "status": "skipped", "error_messages": reason,
-                                 "executor": self.name})
-                continue
-            resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
-                         else {"num_cpus": experiment.num_gpus})
-            pending[remote.options(**resources).remote(experiment, options)] = index
-            progress.submitted(index, "Ray")  # queued in Ray until its resources free up: not known to run
+        spans: dict[int, SpanningRun] = {}  # experiments spanning nodes, by index
+        span_refs: dict[Any, int] = {}
         intervals: dict[int, tuple[float, float | None]] = {}
         rows: dict[int, dict[str, Any]] = {}
         try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            # Largest first, as the local scheduler does: the wide experiments are the hard ones to place late.
+            for index in sorted(range(len(experiments)), key=lambda i: -experiments[i].num_gpus):
+                experiment = experiments[index]
+                kind = "GPU" if experiment.device_type == "cuda" else "CPU"
+                if experiment.num_gpus <= max(capacities[kind], default=0):
+                    resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
+                                 else {"num_cpus": experiment.num_gpus})
+                    pending[remote.options(**resources).remote(experiment, options)] = index
+                    progress.submitted(index, "Ray")  # queued in Ray until its resources free up: not known to run
+                    continue
+                shape = node_layout(experiment.num_gpus, capacities[kind])
+                if shape is None:
+                    reason = no_layout_reason(experiment.num_gpus, kind, capacities[kind], "the Ray cluster")
+                    finished(index, {**base_row(experiment, options), "status": "skipped", "error_messages": reason,
+                                     "executor": self.name})
+                    continue
+                spans[index] = SpanningRun(experiment, options, shape, {**base_row(experiment, options),
+                                                                        "executor": self.name})
+                span_refs.update({ref: index for ref in spans[index].start()})
+                progress.submitted(index, f"Ray, {shape.describe(kind)}")  # placed when its nodes free up
+            while pending or span_refs:
+                ready, _ = ray.wait([*pending, *span_refs], num_returns=1, timeout=0.5)
                 for ref in ready:
-                    index = pending.pop(ref)
-                    rows[index] = self._collect(ref, experiments[index], options, intervals, index)
-                    finished(index, rows[index])
+                    if ref in pending:
+                        index = pending.pop(ref)
+                        rows[index] = self._collect(ref, experiments[index], options, intervals, index)
+                        finished(index, rows[index])
+                        continue
+                    index = span_refs.pop(ref)
+                    run = spans[index]
+                    span_refs.update({new: index for new in run.advance(ref)})
+                    if run.row is not None:
+                        run.close()
+                        for stale in [r for r, i in span_refs.items() if i == index]:
+                            del span_refs[stale]
+                        rows[index] = dict(run.row)
+                        if run.interval():  # node 0 returned: when the experiment ran is known
+                            intervals[index] = run.interval()
+                            rows[index]["concurrent_experiments"] = overlaps(intervals, index)
+                        finished(index, rows[index])
+                for run in spans.values():
+                    run.tick()
             # A task's start is known only when it returns: count the overlaps again with every interval known.
             for index in intervals:
                 if rows[index].get("concurrent_experiments") != overlaps(intervals, index):
@@ -157,19 +159,29 @@ class RayExecutor:
                     finished(index, rows[index])
         except BaseException as exc:
             reason = stop_description(exc)
-            for ref, index in pending.items():
+            for run in spans.values():
+                if run.row is None:
+                    run.cancel(force=True)
+            stopped = {*pending.values(), *(i for i, run in spans.items() if run.row is None)}
+            for ref in pending:
                 ray.cancel(ref, force=True)  # kills the worker; the experiment dies with it (PDEATHSIG)
-                experiment = experiments[index]
-                row = {**base_row(experiment, options), "status": "error", "executor": self.name,
-                       "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment "
-                                         "ran on Ray (its task was cancelled); it runs again on resume"}
-                folder = options.output_dir / experiment.folder_name
-                try:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    write_row(folder, row, root=options.output_dir)
-                except (OSError, ValueError) as error:
-                    logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
+            for index in sorted(stopped):
+                self._interrupted(experiments[index], options, reason)
             raise
+        finally:
+            for run in spans.values():
+                run.close()  # the placement group goes, however the run ended
+
+    def _interrupted(self, experiment: ExperimentSpec, options: RunOptions, reason: str) -> None:
+        row = {**base_row(experiment, options), "status": "error", "executor": self.name,
+               "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment "
+                                 "ran on Ray (its task was cancelled); it runs again on resume"}
+        folder = options.output_dir / experiment.folder_name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_row(folder, row, root=options.output_dir)
+        except (OSError, ValueError) as error:
+            logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
 
     def _collect(self, ref, experiment: ExperimentSpec, options: RunOptions, intervals, index: int) -> dict[str, Any]:
         import ray
@@ -182,17 +194,17 @@ class RayExecutor:
             return {**base_row(experiment, options), "status": "error", "executor": self.name,
                     "error_messages": f"ray: {type(exc).__name__}: {reason}"}
         if archive is not None:
-            target = options.output_dir / experiment.folder_name
-            shutil.rmtree(target, ignore_errors=True)
-            with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-                tar.extractall(options.output_dir, filter="data")
+            shutil.rmtree(options.output_dir / experiment.folder_name, ignore_errors=True)
+            unpack(archive, options.output_dir)
         intervals[index] = (where["start"], where["end"])
         row.update({"executor": self.name, "ray_node": where["node"],
                     "concurrent_experiments": overlaps(intervals, index)})
         return row
 
 
-def _largest_node(nodes: list[dict]) -> dict[str, float]:
-    alive = [n for n in nodes if n.get("Alive")]
-    return {"GPU": max((n["Resources"].get("GPU", 0) for n in alive), default=0),
-            "CPU": max((n["Resources"].get("CPU", 0) for n in alive), default=0)}
+def _node_capacities(nodes: list[dict]) -> dict[str, list[float]]:
+    """GPUs and CPUs of every live node. A node counts for GPU work only with a CPU for the task that waits for
+    its launcher."""
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    return {"GPU": [r.get("GPU", 0) for r in alive if r.get("CPU", 0) >= 1],
+            "CPU": [r.get("CPU", 0) for r in alive]}

@@ -1,4 +1,8 @@
-"""The GPU multi-process launcher: `accelerate launch` with the matrix's accelerate config, one rank per GPU."""
+"""The GPU multi-process launcher: `accelerate launch` with the matrix's accelerate config, one rank per GPU.
+
+With a `Rendezvous` (an experiment spanning machines) the same command runs on every node with its machine
+rank; `--num_processes` stays the total over all machines, as accelerate counts it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunebench.execution.launchers.base import ENTRY_MODULE, LaunchCommand, entry_argv, environment, free_port
+from tunebench.execution.launchers.base import (
+    ENTRY_MODULE,
+    LaunchCommand,
+    Rendezvous,
+    entry_argv,
+    environment,
+    free_port,
+)
 from tunebench.execution.launchers.python import PythonLauncher
 from tunebench.experiment.spec import ExperimentSpec
 
@@ -18,6 +29,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AccelerateSettings:
     config_file: str | None = None  # --accelerate_config (accelerate.yaml); the framework config adds its own args
+    node: Rendezvous | None = None  # several machines: this machine's part
 
 
 class AccelerateLauncher(PythonLauncher):
@@ -33,7 +45,14 @@ class AccelerateLauncher(PythonLauncher):
         argv = [sys.executable, "-m", "accelerate.commands.launch"]
         if self.settings.config_file:
             argv += ["--config_file", str(Path(self.settings.config_file).resolve())]
-        argv += ["--num_processes", str(spec.num_gpus), "--num_machines", "1", "--main_process_port", str(free_port())]
+        node = self.settings.node
+        if node is None:
+            argv += ["--num_processes", str(spec.num_gpus), "--num_machines", "1", "--main_process_port",
+                     str(free_port())]
+        else:
+            argv += ["--num_processes", str(spec.num_gpus), "--num_machines", str(node.nnodes), "--machine_rank",
+                     str(node.node_rank), "--main_process_ip", node.master_addr, "--main_process_port",
+                     str(node.master_port)]
         for key, value in spec.framework_config.accelerate_args.items():
             argv += [f"--{key}", str(value)]
         return LaunchCommand([*argv, "-m", ENTRY_MODULE, *arguments], env, repro_env, os.getcwd(), arguments)

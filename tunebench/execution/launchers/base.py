@@ -47,10 +47,25 @@ class Launcher(Protocol):
     def start(self, command: LaunchCommand, stdout_path: Path, stderr_path: Path): ...
 
 
-def free_port() -> int:
-    """An unused TCP port for torch.distributed's rendezvous (one per experiment: runs never collide)."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """An experiment that spans machines: how many take part, which one this is, and where rank 0 listens."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+    def processes_per_node(self, spec: ExperimentSpec) -> int:
+        return spec.num_gpus // self.nnodes
+
+
+def free_port(every_interface: bool = False) -> int:
+    """An unused TCP port for torch.distributed's rendezvous (one per experiment: runs never collide). Ranks on
+    other machines connect to rank 0's port through the network, so a multi-node rendezvous needs it free on
+    every interface, not only loopback."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("" if every_interface else "127.0.0.1", 0))
         return sock.getsockname()[1]
 
 

@@ -1,7 +1,8 @@
 """The CPU multi-process launcher: torchrun (torch.distributed.run) starting N ranks that train over gloo.
 
 `accelerate launch --cpu` starts a single process (multi-CPU there means MPI); torchrun is what accelerate's
-multi-GPU launcher runs underneath, and on CPU the Trainer then uses gloo.
+multi-GPU launcher runs underneath, and on CPU the Trainer then uses gloo. With a `Rendezvous` (an experiment
+spanning machines) the same command runs on every node, each with its node rank, meeting at rank 0's address.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunebench.execution.launchers.base import ENTRY_MODULE, LaunchCommand, entry_argv, environment, free_port
+from tunebench.execution.launchers.base import (
+    ENTRY_MODULE,
+    LaunchCommand,
+    Rendezvous,
+    entry_argv,
+    environment,
+    free_port,
+)
 from tunebench.execution.launchers.python import PythonLauncher
 from tunebench.experiment.spec import ExperimentSpec
 
@@ -22,6 +30,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TorchrunSettings:
     master_addr: str = "127.0.0.1"  # one node: the rendezvous is local
+    node: Rendezvous | None = None  # several nodes: this node's part (master_addr then comes from it)
 
 
 class TorchrunLauncher(PythonLauncher):
@@ -34,7 +43,14 @@ class TorchrunLauncher(PythonLauncher):
                 extra_env: dict[str, str]) -> LaunchCommand:
         env, repro_env = environment(spec, gpu_ids, extra_env)
         arguments = entry_argv(spec_path)
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(spec.num_gpus), "--nnodes",
-                "1", "--master_addr", self.settings.master_addr, "--master_port", str(free_port()), "-m",
-                ENTRY_MODULE, *arguments]
+        node = self.settings.node
+        if node is None:
+            layout = ["--nproc_per_node", str(spec.num_gpus), "--nnodes", "1", "--master_addr",
+                      self.settings.master_addr, "--master_port", str(free_port())]
+        else:
+            # Static rendezvous: global ranks are node_rank × processes per node + local rank, as on one node.
+            layout = ["--nproc_per_node", str(node.processes_per_node(spec)), "--nnodes", str(node.nnodes),
+                      "--node_rank", str(node.node_rank), "--master_addr", node.master_addr,
+                      "--master_port", str(node.master_port)]
+        argv = [sys.executable, "-m", "torch.distributed.run", *layout, "-m", ENTRY_MODULE, *arguments]
         return LaunchCommand(argv, env, repro_env, os.getcwd(), arguments)
