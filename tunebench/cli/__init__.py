@@ -179,6 +179,10 @@ def _write_pip_freeze(output_dir: Path) -> None:
 def _run(options, experiments, device_type, gpus, memory_logging, predictions) -> int:
     """Claim and lock the results folder, run the matrix, and rebuild the CSVs from disk however it ends."""
     output_dir = Path(options.results_output_path)
+    if options.repeats > 1:  # interleaved: a slow spell of the machine touches one run of many experiments
+        from dataclasses import replace
+
+        experiments = [replace(e, repeat=k) for k in range(1, options.repeats + 1) for e in experiments]
     run_options = _run_options(options, gpus, memory_logging, predictions)
     with stop_on_signals(), results_lock(output_dir):
         if options.overwrite and not options.dry_run:

@@ -24,7 +24,7 @@ CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range).
 OPTION_RANGES: dict[str, Range] = {
     "--timeout": Range(0, low_open=True), "--nvidia_smi_loop_ms": Range(1), "--max_concurrent": Range(1),
-    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True), "--slurm_time_limit": Range(1),
+    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True), "--repeats": Range(1), "--slurm_time_limit": Range(1),
 }
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
@@ -161,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of `scanner`, `huggingface`, `nvidia`, `all`, `none` (env `MEMORY_LOGGING`)")
     opt("--timeout", type=float, default=3600.0, metavar="S", help="per-experiment timeout in seconds")
     opt("--no_resume", action="store_true", help="re-run experiments that already completed")
+    opt("--repeats", type=int, default=1, metavar="N",
+        help="run every experiment N times, interleaved (all experiments once, then again), each run a row and a "
+        "folder (`-r<k>`); rows get the olympic mean and spread over the runs, and compare uses the runs as samples")
     opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when nvidia-smi lists GPUs")
     opt("--compare_with", metavar="CSV", help="after the run, compare with a reference (exit 1 on regression)")
     opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",

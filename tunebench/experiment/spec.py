@@ -55,6 +55,7 @@ class ExperimentSpec:
     # {group: {key: typed value}} of the given keys, from the one parse (entry_parser.typed_values); empty until
     # the matrix is validated.
     entry: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
+    repeat: int = 1  # --repeats: which run of the same experiment (not part of the identity)
 
     @property
     def model_name_or_path(self) -> str:
@@ -79,9 +80,10 @@ class ExperimentSpec:
 
     @property
     def folder_name(self) -> str:
-        """`<scenario>_<id>`: the scenario name made safe (no separators, no `..`, at most 64 characters); the
-        id keeps two scenarios whose names sanitise alike apart."""
-        return f"{safe_name(self.scenario, fallback='scenario')}_{self.experiment_id}"
+        """`<scenario>_<id>` (`-r<k>` after it for the k-th repeat): the scenario name made safe (no separators,
+        no `..`, at most 64 characters); the id keeps two scenarios whose names sanitise alike apart."""
+        suffix = f"-r{self.repeat}" if self.repeat > 1 else ""
+        return f"{safe_name(self.scenario, fallback='scenario')}_{self.experiment_id}{suffix}"
 
     def value(self, group: str, key: str) -> Any:
         """A typed value: the given one, else the group's default (no object built: no device checks)."""
@@ -113,6 +115,7 @@ class ExperimentSpec:
             "packing": args.get("packing", False),
             "peft_method": args.get("peft_method", "none"),
             "torch_dtype": args.get("torch_dtype"),
+            "repeat": self.repeat,
         }
 
     def entry_for(self, folder: Path) -> dict[str, dict[str, Any]]:

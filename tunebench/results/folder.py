@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "std
 # nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
 EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
 _REPO = Path(__file__).resolve().parents[2]
+_REPEAT_SUFFIX = re.compile(r"-r\d+$")  # the k-th repeat's folder: <scenario>_<id>-r<k>
 
 
 def _is_temp_leftover(name: str) -> bool:
@@ -58,7 +60,7 @@ def _identity(folder: Path) -> dict | None:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("experiment_id"), str) and data["experiment_id"] \
-                and folder.name.endswith("_" + data["experiment_id"]):
+                and _REPEAT_SUFFIX.sub("", folder.name).endswith("_" + data["experiment_id"]):
             return data
     return None
 

@@ -81,35 +81,39 @@ def read_sidecar(path: Path) -> Runs:
     return runs
 
 
-def _experiment_id(folder: Path) -> str | None:
+def _identity(folder: Path) -> tuple[str, int] | None:
+    """(experiment_id, repeat) of an experiment folder, from its own files."""
     for name in ("results.json", "spec.json", "config.json"):
         try:
             data = json.loads((folder / name).read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("experiment_id"), str):
-            return data["experiment_id"]
+            repeat = data.get("repeat")
+            return data["experiment_id"], repeat if isinstance(repeat, int) and repeat > 0 else 1
     return None
 
 
 def folder_runs(results_dir: Path) -> tuple[Runs, list[str]]:
-    """One run per experiment of a results directory (the folder with the newest results.json, as raw_summary.csv
-    takes it), and the reasons folders gave none (no or unreadable steps.json)."""
-    newest: dict[str, tuple[float, Path]] = {}
+    """The runs of every experiment of a results directory, one per repeat (`--repeats`) in repeat order, each
+    from the folder with the newest results.json, as raw_summary.csv takes it; and the reasons folders gave none
+    (no or unreadable steps.json)."""
+    newest: dict[tuple[str, int], tuple[float, Path]] = {}
     for folder in experiment_folders(results_dir):
-        experiment = _experiment_id(folder)
+        identity = _identity(folder)
         try:
             stamp = (folder / "results.json").stat().st_mtime
         except OSError:
             continue  # no results.json: the experiment never finished, its row is not ok
-        if experiment and (experiment not in newest or stamp > newest[experiment][0]):
-            newest[experiment] = (stamp, folder)
+        if identity and (identity not in newest or stamp > newest[identity][0]):
+            newest[identity] = (stamp, folder)
     runs: Runs = {}
     problems = []
-    for experiment, (_, folder) in sorted(newest.items()):
+    for (experiment, _), (_, folder) in sorted(newest.items()):
         path = folder / STEPS_FILE
         try:
-            runs[experiment] = [steady_seconds(json.loads(path.read_text()), str(path))]
+            run = steady_seconds(json.loads(path.read_text()), str(path))
+            runs.setdefault(experiment, []).append(run)
         except FileNotFoundError:
             problems.append(f"{folder.name}: no {STEPS_FILE}")
         except (OSError, ValueError) as exc:
@@ -168,7 +172,7 @@ def write_reference(results_dirs: list[str | os.PathLike], csv_out: str | os.Pat
         if "experiment_id" not in frame.columns:
             raise CompareInputError(f"--results {directory / RAW_SUMMARY}: no experiment_id column")
         found, _ = folder_runs(directory)
-        for experiment in frame["experiment_id"].astype(str):
+        for experiment in dict.fromkeys(frame["experiment_id"].astype(str)):  # once each: found holds every repeat
             if experiment in found:
                 runs.setdefault(experiment, []).extend(found[experiment])
             else:

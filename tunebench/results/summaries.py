@@ -12,6 +12,7 @@ import pandas as pd
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.results import columns
 from tunebench.results.folder import BENCHMARKS, RAW_SUMMARY, experiment_folders
+from tunebench.results.repeats import repeat_columns
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ KEY_METRICS = [
     "steady_step_time_median", "steady_step_time_cv", "steady_steps", "steady_padding_fraction",
     "scan_attention_backend", "measurement_warning", "scan_mem_peak_allocated", "scan_mem_activations",
     "mem_nvidia_mem_reserved", "steady_energy_joules_per_nonpad_token", "startup_seconds", "train_loss",
-    "train_runtime", "train_nonpad_tokens_per_second", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "error_messages",
+    "train_runtime", "train_nonpad_tokens_per_second", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "repeats",
+    "steady_nonpad_tokens_per_second_olympic", "steady_nonpad_tokens_per_second_spread_pct", "error_messages",
 ]
 # Never "varying configuration" even though they are arguments: where the harness put the run's files.
 _BOOKKEEPING_ARGUMENTS = {"output_dir", "results_json"}
@@ -84,7 +86,7 @@ def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: b
     Rows of the folders named in `order` (the current matrix) come first, in that order; the rest by start
     time. Nothing here depends on the run that asks: the CSVs can always be rebuilt from the folders alone.
     """
-    found: dict[str, tuple[float, str, dict[str, Any]]] = {}
+    found: dict[tuple, tuple[float, str, dict[str, Any]]] = {}
     for folder in experiment_folders(output_dir):
         row = read_row(folder)
         stamp_file = folder / RESULTS_FILE
@@ -97,9 +99,10 @@ def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: b
             stamp = stamp_file.stat().st_mtime
         except OSError:
             stamp = 0.0
-        previous = found.get(row["experiment_id"])
+        key = (row["experiment_id"], row.get("repeat") or 1)  # repeats of one experiment are rows of their own
+        previous = found.get(key)
         if previous is None or stamp > previous[0]:
-            found[row["experiment_id"]] = (stamp, folder.name, row)
+            found[key] = (stamp, folder.name, row)
     position = {name: i for i, name in enumerate(order or [])}
 
     def sort_key(item: tuple[float, str, dict[str, Any]]):
@@ -148,7 +151,7 @@ def write_summaries(output_dir: Path, order: list[str] | None = None, incomplete
     """Rebuild raw_summary.csv and benchmarks.csv from every experiment folder in `output_dir`, atomically
     (see `rows_on_disk`). With no experiment on disk, no CSV is written and an empty frame is returned."""
     rows = rows_on_disk(output_dir, order, incomplete)
-    frame = collect(rows)
+    frame = repeat_columns(collect(rows))
     if rows:
         write_atomic(output_dir / RAW_SUMMARY, frame.to_csv(index=False))
         write_atomic(output_dir / BENCHMARKS, benchmarks_view(frame).to_csv(index=False))

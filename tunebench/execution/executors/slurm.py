@@ -183,7 +183,7 @@ class SlurmExecutor:
                                          "error_messages": f"slurm: not submitted: {first}"})
                         continue
                     jobs[index] = (job, shape)
-                    progress.started(index, f"Slurm job {job.job_id} ({shape.describe(kind)})")
+                    progress.submitted(index, f"Slurm job {job.job_id} ({shape.describe(kind)})")
             while jobs:
                 for index in [i for i, (job, _) in jobs.items() if job.done()]:
                     job, shape = jobs.pop(index)
