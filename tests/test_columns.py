@@ -57,7 +57,8 @@ def test_the_readme_tables_are_generated_from_the_registry():
 
 def test_compare_reads_kinds_families_and_directions_from_the_registry():
     for wall in ("entry_wall_seconds", "scan_init_time", "experiment_wall_seconds", "startup_seconds"):
-        assert rules.metric_family(wall) == "time" and not rules.is_argument_column(wall)
+        assert rules.metric_family(wall) == "startup" and not rules.is_argument_column(wall)
+        assert rules.rule_for(wall).direction == rules.IGNORE  # informational unless asked for
     assert rules.rule_for("steady_nonpad_tokens_per_second").direction == rules.LOWER_IS_WORSE
     assert rules.rule_for("steady_step_time_median").direction == rules.HIGHER_IS_WORSE
     assert rules.rule_for("steady_step_time_cv").direction == rules.IGNORE  # informational

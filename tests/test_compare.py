@@ -13,7 +13,7 @@ from tunebench.results import compare, compare_cli
 from tunebench.results import compare_rules as rules
 
 GIB = 1024**3
-TP = "train_nonpad_tokens_per_second"
+TP = "steady_nonpad_tokens_per_second"  # no step samples here: judged by the threshold rule
 MEM = "mem_peak_torch_mem_alloc_in_bytes"
 
 
@@ -38,7 +38,7 @@ def row(**overrides) -> dict:
         "train_loss": 2.0,
         "train_runtime": 100.0,
         TP: 1000.0,
-        "mfu": 0.4,
+        "steady_mfu": 0.4,
         MEM: 4.0 * GIB,
         "scan_mem_params": 1.0 * GIB,
         "torch_version": "2.11.0",
@@ -98,7 +98,8 @@ def test_throughput_drop_and_memory_rise_are_regressions_exit_1(tmp_path):
     # One regression per flagged metric: unchanged metrics of the same rows are judged but not listed.
     comparison = pd.read_csv(out / "comparison.csv")
     assert len(comparison) == 3 * 6  # 3 experiments x (loss, runtime, throughput, mfu, mem, scan_mem_params)
-    assert (comparison["verdict"] == "within_threshold").sum() == 16
+    assert (comparison["verdict"] == "within_threshold").sum() == 13
+    assert set(comparison.loc[comparison["verdict"] == "ignored", "metric"]) == {"train_runtime"}  # informational
 
 
 def test_throughput_gain_is_an_improvement_exit_0(tmp_path):
@@ -276,7 +277,7 @@ def test_results_directory_and_default_out(tmp_path):
         ("malformed_middle", ["bad.csv", "malformed CSV", "line 3"]),
         ("empty", ["empty.csv", "empty"]),
         ("no_common_key", ["no common key column", "--keys"]),
-        ("non_numeric", ["train_nonpad_tokens_per_second", "row 2", "'fast'"]),
+        ("non_numeric", [TP, "row 2", "'fast'"]),
         ("bad_threshold", ["--threshold", "NAME=VALUE"]),
         ("unknown_threshold", ["throughputt", "fix the spelling"]),
         ("unknown_key", ["['colour']", "--keys"]),
@@ -307,7 +308,7 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, capsys, case, expected
     elif case == "non_numeric":
         write(tmp_path, "new.csv", [row(**{TP: "fast"})])
     elif case == "bad_threshold":
-        args += ["--threshold", "mfu"]
+        args += ["--threshold", "steady_mfu"]
     elif case == "unknown_threshold":
         args += ["--threshold", "throughputt=5"]
     elif case == "unknown_key":
@@ -324,12 +325,19 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path, capsys, case, expected
 # ------------------------------------------------------------------------------------ rules and judge
 def test_every_contract_metric_column_has_the_documented_family():
     expected = {
-        "train_samples_per_second": "throughput",
-        "train_tokens_per_second": "throughput",
-        "train_nonpad_tokens_per_second": "throughput",
-        "train_nonpad_tokens_per_second_per_device": "throughput",
-        "scan_tokens_per_second": "throughput",
-        "mfu": "throughput",
+        "steady_nonpad_tokens_per_second": "throughput",
+        "steady_mfu": "throughput",
+        "steady_step_time_median": "time",
+        "train_samples_per_second": "whole_run",
+        "train_tokens_per_second": "whole_run",
+        "train_nonpad_tokens_per_second": "whole_run",
+        "train_nonpad_tokens_per_second_per_device": "whole_run",
+        "mfu": "whole_run",
+        "train_runtime": "whole_run",
+        "scan_tokens_per_second": "phase",
+        "scan_time_backward": "phase",
+        "startup_seconds": "startup",
+        "first_step_seconds": "startup",
         "mem_peak_torch_mem_alloc_in_bytes": "memory",
         "mem_torch_mem_alloc_in_bytes": "memory",
         "mem_peak_host_rss_bytes": "memory",
@@ -337,8 +345,6 @@ def test_every_contract_metric_column_has_the_documented_family():
         "scan_mem_peak_reserved": "memory",
         "mem_nvidia_mem_reserved": "memory_mib",
         "mem_nvidia_mem_reserved_gpu3": "memory_mib",
-        "train_runtime": "time",
-        "scan_time_backward": "time",
         "train_loss": "loss",
         "energy_joules": "energy",
         "energy_joules_per_nonpad_token": "energy",
@@ -352,7 +358,11 @@ def test_every_contract_metric_column_has_the_documented_family():
 
 
 def test_judge_edges():
-    tp = rules.rule_for("mfu")
+    # start-up, whole-run and one step's phase figures are informational unless asked for
+    assert all(rules.rule_for(c).direction == rules.IGNORE for c in ("mfu", "startup_seconds", "scan_time_step"))
+    assert rules.rule_for("startup_seconds", directions={"startup": rules.HIGHER_IS_WORSE}).direction == \
+        rules.HIGHER_IS_WORSE
+    tp = rules.rule_for("steady_mfu")
     assert rules.judge(0.5, 0.45, 0, 0, tp)["verdict"] == "within_threshold"  # exactly -10 %
     assert rules.judge(0.5, 0.4499, 0, 0, tp)["verdict"] == "regression"
     assert rules.judge(0.5, np.nan, 0, 0, tp)["verdict"] == "no_data"
@@ -378,7 +388,7 @@ def test_canonical_values():
 def test_format_value_units():
     assert rules.format_value(MEM, 1.5 * GIB) == "1.50 GiB"
     assert rules.format_value(MEM, 512 * 1024**2) == "512.0 MiB"
-    assert rules.format_value("mfu", 0.4125) == "41.25 %"
+    assert rules.format_value("steady_mfu", 0.4125) == "41.25 %"
     assert rules.format_value("scan_time_forward", 0.0125) == "12.50 ms"
     assert rules.format_value(TP, 12345.67) == "12,345.7"
     assert rules.format_value(TP, np.nan) == ""

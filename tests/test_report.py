@@ -162,7 +162,7 @@ def test_missing_columns_are_omitted_with_a_reason(tmp_path):
 
 def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
     ref = pd.read_csv(results_csv)
-    ref.loc[0, "train_nonpad_tokens_per_second"] = 5000.0  # results are -20 % against this
+    ref.loc[0, "steady_nonpad_tokens_per_second"] = 6000.0  # results are -20 % against this (no samples: threshold)
     ref_path = tmp_path / "ref.csv"
     ref.to_csv(ref_path, index=False)
     out = report.write_report(results_csv, tmp_path / "r.html", reference=ref_path)
@@ -173,9 +173,9 @@ def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
         "gpus=1 · bs=4",
         "regression",
         "yes",
-        "train_nonpad_tokens_per_second",
-        "5,000.0",
-        "4,000.0",
+        "steady_nonpad_tokens_per_second",
+        "6,000.0",
+        "4,800.0",
         "-20.0 %",
     ] in page.tables["findings"]
     assert len(page.images) == 6  # + the change heatmap

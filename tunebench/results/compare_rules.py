@@ -5,12 +5,13 @@ Which columns are metrics, their family and their better direction come from the
 
 | family      | columns (examples)                                          | threshold | ignore below |
 |-------------|-------------------------------------------------------------|-----------|--------------|
-| throughput  | `steady_*tokens_per_second*`, `steady_mfu`, `train_*_per_second`, `mfu` | 10 % | 0  |
+| throughput  | `steady_*tokens_per_second*`, `steady_mfu`, `steady_hfu`   | 10 %      | 0            |
+| time        | `steady_step_time_*`                                        | 10 %      | 1 ms         |
 | memory      | `mem_*`, `scan_mem_*` (bytes)                               | 10 %      | 1 MiB        |
 | memory_mib  | `mem_nvidia_*` (nvidia-smi, MiB)                            | 10 %      | 1 MiB        |
-| time        | `steady_step_time_*`, `startup_*`, `scan_time_*`, wall times | 10 %     | 1 ms         |
 | loss        | `train_loss` (two-sided)                                    | 5 %       | 0            |
 | energy      | `energy_*`, `steady_energy_*`                               | 15 %      | 0            |
+| startup, whole_run, phase | start-up and wall times, whole-run throughput, one step's phase times | informational unless asked |
 | utilization, stability, count, ratio | GPU util, CVs, token counts, padding   | informational, never flagged |
 
 Steady step-time and throughput metrics with step samples on both sides are judged by significance and effect
@@ -69,6 +70,14 @@ DEFAULT_RULES: dict[str, MetricRule] = {
     "stability": MetricRule("stability", IGNORE, 0.0),
     "count": MetricRule("count", IGNORE, 0.0),
     "ratio": MetricRule("ratio", IGNORE, 0.0),
+    # Informational unless asked for (--direction startup=higher_is_worse --threshold startup=20): each is one
+    # noisy figure per run with no samples to test against. Start-up and wall times move 10-40 % between
+    # identical runs on one H100 (the first experiment of a matrix pays CUDA's and the allocator's warm-up);
+    # whole-run throughput includes that warm-up; the scanner's phase times are one step's. The steady
+    # figures, which carry their samples, are the verdict (docs/compare.md).
+    "startup": MetricRule("startup", IGNORE, 20.0, min_abs=1e-3),
+    "whole_run": MetricRule("whole_run", IGNORE, 10.0),
+    "phase": MetricRule("phase", IGNORE, 10.0, min_abs=1e-3),
 }
 # The registry's better direction → the judge's direction (None: informational).
 _DIRECTION_OF_BETTER = {columns.HIGHER: LOWER_IS_WORSE, columns.LOWER: HIGHER_IS_WORSE,
@@ -163,7 +172,10 @@ def rule_for(
     family = metric_family(column)
     if family is None:
         return None
-    rule = replace(DEFAULT_RULES[family], direction=_DIRECTION_OF_BETTER[columns.better(column)])
+    default = DEFAULT_RULES[family]
+    # An informational family stays so whatever the column's better direction, until a --direction override.
+    direction = default.direction if default.direction == IGNORE else _DIRECTION_OF_BETTER[columns.better(column)]
+    rule = replace(default, direction=direction)
     threshold = _override_for(column, family, thresholds or {})
     if threshold is not None:
         rule = replace(rule, threshold_pct=float(threshold))
