@@ -25,15 +25,15 @@ FCS = {BASELINE: FrameworkConfig(BASELINE), "ddp": FrameworkConfig("ddp", {"ddp_
                                                                     min_gpus=2)}
 
 
-def scenario(name, fc=None, **arguments):
-    return Scenario(name, [fc], {"model_name_or_path": ["preset:llama-tiny"], **arguments})
+def scenario(name, fc=None, timeout=None, **arguments):
+    return Scenario(name, [fc], {"model_name_or_path": ["preset:llama-tiny"], **arguments}, timeout=timeout)
 
 
 def matrix():
     """1-process ok / LoRA / broken / endless, and a 2-process DDP run: 5 experiments on 2 CPU slots."""
     one = [scenario("ok"), scenario("lora", peft_method="lora", target_modules=["q_proj", "v_proj"]),
            scenario("broken", peft_method="lora", target_modules=["no_such_module"]),
-           scenario("endless", max_steps=100000, memory_logging="none")]
+           scenario("endless", timeout=10, max_steps=100000, memory_logging="none")]
     problems = []
     experiments = expand(one, FCS, dict(TINY_DEFAULTS), {}, Matrices([1]), "cpu", {}, problems)
     experiments += expand([scenario("ddp", "ddp")], FCS, dict(TINY_DEFAULTS), {}, Matrices([2]), "cpu", {}, problems)
@@ -43,7 +43,9 @@ def matrix():
 
 def run(out: Path, **options):
     os.environ["TUNEBENCH_CACHE"] = str(out.parent / "cache")
-    return run_matrix(matrix(), RunOptions(output_dir=out, timeout_seconds=30, cpu_slots=2, **options))
+    # Only `endless` has a short limit (its scenario's `timeout: 10`): the verdicts of the others must not depend
+    # on how fast a busy machine runs them (a 2-process DDP run took 31 s under a second CI on the same cores).
+    return run_matrix(matrix(), RunOptions(output_dir=out, timeout_seconds=600, cpu_slots=2, **options))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,7 @@ def test_concurrent_run_never_oversubscribes_its_slots(both):
 
 
 # No "the concurrent run is faster" assertion: on 2 cores the gain depends on which experiment the queue
-# leaves for last (the 30 s timeout one may run alone) and on start-up contention, so it failed 1 CI run in 2
+# leaves for last (the one that times out may run alone) and on start-up contention, so it failed 1 CI run in 2
 # with a 0.3 % difference. The packing order is tested exactly on fake jobs (test_scheduling.py); wall ÷ ideal
 # is a benchmark figure (scripts/bench/matrix_packing.py, docs/evidence/matrix-packing.md), not a timed test.
 

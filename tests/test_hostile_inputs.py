@@ -46,7 +46,7 @@ hostile_scenario = st.fixed_dictionaries(
     optional={"framework_config": st.one_of(st.none(), st.lists(st.sampled_from([None, "gradient-checkpointing",
                                                                                   "nope", 3]), max_size=2)),
               "arguments": st.one_of(arguments, values), "slow": st.one_of(st.booleans(), values),
-              "exclusive": st.booleans(), "surprise": values},
+              "exclusive": st.booleans(), "timeout": values, "surprise": values},
 )
 as_yaml = lambda scenarios: yaml.safe_dump({"scenarios": scenarios}, allow_unicode=True)  # noqa: E731
 scenario_files = st.one_of(

@@ -75,6 +75,11 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
     return None
 
 
+def time_limit(experiment: ExperimentSpec, options: RunOptions) -> float | None:
+    """Seconds this experiment may run: its scenario's `timeout:`, else --timeout (None: no limit)."""
+    return experiment.timeout if experiment.timeout is not None else options.timeout_seconds
+
+
 def base_row(experiment: ExperimentSpec, options: RunOptions | None = None) -> dict[str, Any]:
     """Arguments, identity and (when planned) the memory prediction: what every row has, failed ones too."""
     predicted = options.predictions.get(experiment.experiment_id, {}) if options is not None else {}
@@ -142,7 +147,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
         watching = [(tracker, stack.enter_context(tracker.around(experiment.device_type, gpu_ids, folder)))
                     for tracker in _harness_trackers(options)]
         outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
-                              options.timeout_seconds)
+                              time_limit(experiment, options))
     produced = results.read_row(folder)
     stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:

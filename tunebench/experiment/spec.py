@@ -51,6 +51,7 @@ class ExperimentSpec:
     effective_batch_size: int | None = None
     slow: bool = False
     exclusive: bool = False  # scheduling only (runs alone): not part of the identity
+    timeout: float | None = None  # the scenario's own time limit in seconds (None: --timeout); not identity
     accelerate_config: dict[str, Any] = field(default_factory=dict)  # content of accelerate.yaml (N > 1)
     # {group: {key: typed value}} of the given keys, from the one parse (entry_parser.typed_values); empty until
     # the matrix is validated.
@@ -133,7 +134,7 @@ class ExperimentSpec:
         payload = {
             "spec_version": SPEC_VERSION, **self.describe(),
             "framework_config_detail": dataclasses.asdict(self.framework_config),
-            "slow": self.slow, "exclusive": self.exclusive, "accelerate_config": self.accelerate_config,
+            "slow": self.slow, "exclusive": self.exclusive, "timeout": self.timeout, "accelerate_config": self.accelerate_config,
             "arguments": self.arguments, "entry": self.entry_for(folder), "argv": argv,
         }
         path = folder / SPEC_FILE

@@ -141,6 +141,7 @@ def expand(
                 experiments.append(ExperimentSpec(
                     scenario=scenario.name, framework_config=fc, num_gpus=num_gpus, device_type=device_type,
                     arguments=args, effective_batch_size=ebs, slow=scenario.slow, exclusive=scenario.exclusive,
+                    timeout=scenario.timeout,
                     accelerate_config=accelerate_config,
                 ))
     return experiments

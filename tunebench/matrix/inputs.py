@@ -21,6 +21,7 @@ class Scenario:
     arguments: dict[str, Any]
     slow: bool = False
     exclusive: bool = False  # run alone on the machine (timing-critical), whatever --max_concurrent says
+    timeout: float | None = None  # seconds each of its experiments may run, instead of --timeout
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,9 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
         if name in seen:
             problems.append(InputProblem(source, f"{key}.name", "duplicate scenario name", "give each a unique name"))
         seen.add(name)
-        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow", "exclusive"}):
+        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow", "exclusive", "timeout"}):
             problems.append(InputProblem(source, f"{key}.{extra}", "unknown scenario key",
-                                         "allowed: name, framework_config, arguments, slow, exclusive"))
+                                         "allowed: name, framework_config, arguments, slow, exclusive, timeout"))
         fcs = entry.get("framework_config", [None])
         if fcs is None or isinstance(fcs, str):
             fcs = [fcs]
@@ -139,8 +140,16 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
                 problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {value!r}",
                                              "use true or false"))
         slow, exclusive = slow is True, exclusive is True
+        timeout = entry.get("timeout")
+        # bool is an int: `timeout: true` must not become a 1-second limit.
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 < timeout < float("inf")):
+            problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds > 0, got {timeout!r}",
+                                         "e.g. `timeout: 600`, or leave it out to use --timeout"))
+            timeout = None
         arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
-        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow, exclusive))
+        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow, exclusive,
+                                  float(timeout) if timeout is not None else None))
     return ScenarioFile(scenarios, dict(data_processing))
 
 

@@ -33,7 +33,7 @@ from tunebench.execution.executors.nodes import (
 from tunebench.execution.executors.slurm_cluster import SlurmNode, capacities, local_nodes, shapes
 from tunebench.execution.executors.slurm_cluster import check as check_cluster
 from tunebench.execution.executors.slurm_cluster import nodes as cluster_nodes
-from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one
+from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one, time_limit
 from tunebench.execution.launchers.base import Rendezvous
 from tunebench.execution.processes import stop_description
 from tunebench.experiment.spec import ExperimentSpec
@@ -65,10 +65,11 @@ def job_port(job_id: str) -> int:
     return _PORT_BASE + int(digits) % _PORT_SPAN
 
 
-def time_limit_minutes(options: RunOptions) -> float:
+def time_limit_minutes(options: RunOptions, experiment: ExperimentSpec | None = None) -> float:
     if options.slurm_time_limit is not None:
         return options.slurm_time_limit
-    return math.ceil((options.timeout_seconds or 3600.0) / 60) + TIME_LIMIT_MARGIN_MINUTES
+    seconds = time_limit(experiment, options) if experiment is not None else options.timeout_seconds
+    return math.ceil((seconds or 3600.0) / 60) + TIME_LIMIT_MARGIN_MINUTES
 
 
 def run_job(experiment: ExperimentSpec, options: RunOptions) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -127,7 +128,7 @@ class SlurmExecutor:
     def _executor(self, folder: Path, experiment: ExperimentSpec, shape: NodeShape, options: RunOptions):
         import submitit
 
-        limit = time_limit_minutes(options)
+        limit = time_limit_minutes(options, experiment)
         signal_delay = max(2, min(90, int(limit * 60 / 4)))  # the job's warning before its time limit
         name = f"tunebench-{experiment.folder_name}"
         cuda = experiment.device_type == "cuda"
