@@ -39,6 +39,7 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     """Train one experiment; returns (row, per-step records) on rank 0 and ({}, []) elsewhere."""
     import torch
     from accelerate import PartialState
+    from transformers import set_seed
 
     from tunebench.experiment import components
     from tunebench.experiment.arguments import parse_memory_logging
@@ -72,6 +73,9 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     with state.main_process_first():  # rank 0 builds the cache, the others then read it
         dataset = prepare_dataset(data_args, tokenizer, sft_config.dataset_text_field or "text", seed=sft_config.seed)
     startup.mark("data")
+    # The Trainer seeds only after the model exists: a random-init model (a preset, a config-only folder) would
+    # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
+    set_seed(sft_config.seed)
     model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
                        init_device=components.preset_init_device(model_args, sft_config, state))
     startup.mark("model")
