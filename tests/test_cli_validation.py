@@ -1,5 +1,7 @@
 """Bad input gives one clear message per problem, exit code 2, nothing launched and nothing written."""
 
+import sys
+
 import pytest
 from harness_fixtures import tiny_scenario, write_inputs
 
@@ -106,15 +108,10 @@ def test_a_second_harness_on_the_same_results_folder_is_refused(tmp_path, capsys
 
 
 def test_executor_ray_without_ray_is_exit_2(tmp_path, capsys, monkeypatch):
-    import builtins
+    import importlib.util
 
-    real_import = builtins.__import__
-
-    def no_ray(name, *args, **kwargs):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("No module named 'ray'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # imported by an earlier test of this process
     code, err, out = run_cli(tmp_path, capsys, "--executor", "ray", scenarios=[tiny_scenario()])
-    assert code == 2 and "Ray is not installed" in err and "tunebench[ray]" in err and not out.exists()
+    assert code == 2 and "Ray is not installed" in err and "pip install -e '.[ray]'" in err and not out.exists()

@@ -10,6 +10,7 @@ import time
 import pandas as pd
 import pytest
 from harness_fixtures import REPO, TINY_DEFAULTS
+from ray_head import RAY_CLI, ray_head
 
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
@@ -49,7 +50,7 @@ def files_of(folder):
 def test_ray_gives_the_same_rows_and_folders_as_the_local_executor(tmp_path, cache):
     local = run_matrix(experiments(), RunOptions(output_dir=tmp_path / "local", timeout_seconds=120))
     try:
-        ray.init(num_cpus=2, runtime_env=RUNTIME_ENV, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, runtime_env=RUNTIME_ENV, log_to_driver=False)
         remote = run_matrix(experiments(), RunOptions(output_dir=tmp_path / "ray", timeout_seconds=120,
                                                       executor="ray"))
     finally:
@@ -75,7 +76,7 @@ def test_gpu_experiments_get_the_gpus_ray_assigned(tmp_path, cache):
                            {BASELINE: FrameworkConfig(BASELINE)}, dict(TINY_DEFAULTS), {}, Matrices([2]), "cuda", {}, []))
     rows = {}
     try:
-        ray.init(num_cpus=4, num_gpus=4, runtime_env=RUNTIME_ENV, log_to_driver=False)
+        ray.init(address="local", num_cpus=4, num_gpus=4, runtime_env=RUNTIME_ENV, log_to_driver=False)
         options = RunOptions(output_dir=tmp_path / "out", dry_run=True, executor="ray")
         RayExecutor().run(planned, options, rows.__setitem__, MatrixProgress(["a", "b"], live=False))
     finally:
@@ -124,22 +125,40 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
 
 def test_readme_ray_commands(tmp_path, cache):
     """The README's cluster recipe for real: `ray start --head`, then the harness joins it by address."""
-    from tunebench.execution.launchers.base import free_port
-
-    port = str(free_port())
-    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     # A throwaway local cluster: no token authentication (Ray's documented opt-out), so a token left in
     # ~/.ray by another cluster cannot get in the way.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    started = subprocess.run([*ray_cli, "start", "--head", "--port", port, "--num-cpus", "2"], env=env,
-                             capture_output=True, text=True, timeout=180)
-    assert started.returncode == 0, started.stderr[-2000:]
-    try:
-        proc = subprocess.run([sys.executable, "benchmark.py", "--executor", "ray", "--ray_address",
-                               f"127.0.0.1:{port}", "--results_output_path", str(tmp_path / "results")],
+    with ray_head(env) as address:
+        proc = subprocess.run([sys.executable, "benchmark.py", "--executor", "ray", "--ray_address", address,
+                               "--results_output_path", str(tmp_path / "results")],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    finally:
-        subprocess.run([*ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(tmp_path / "results" / "raw_summary.csv")
     assert len(frame) == 4 and (frame["status"] == "ok").all() and (frame["executor"] == "ray").all()
+
+
+def test_a_token_cluster_is_joined_with_the_token_at_hand(tmp_path, cache):
+    """Issue Q: a cluster with token authentication, joined by address with the token in ~/.ray/auth_token and
+    RAY_AUTH_MODE unset (Ray alone refuses that after ~20 s of retries); an explicit RAY_AUTH_MODE=disabled is
+    respected and fails in one line within --ray_connect_timeout, exit 2."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
+    made = subprocess.run([*RAY_CLI, "get-auth-token", "--generate"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0 and (home / ".ray" / "auth_token").is_file(), made.stderr[-2000:]
+    with ray_head({**env, "RAY_AUTH_MODE": "token"}) as address:
+        command = [sys.executable, "benchmark.py", "--executor", "ray", "--ray_address", address,
+                   "--run_only_scenarios", "full-finetuning"]
+        refused = subprocess.run([*command, "--ray_connect_timeout", "8", "--results_output_path",
+                                  str(tmp_path / "refused")], cwd=REPO, env={**env, "RAY_AUTH_MODE": "disabled"},
+                                 capture_output=True, text=True, timeout=300)
+        joined = subprocess.run([*command, "--results_output_path", str(tmp_path / "results")], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=900)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "auth_token" in refused.stderr and "Traceback" not in refused.stderr
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert "RAY_AUTH_MODE=token" in joined.stderr
+    frame = pd.read_csv(tmp_path / "results" / "raw_summary.csv")
+    assert len(frame) == 2 and (frame["status"] == "ok").all() and (frame["executor"] == "ray").all()

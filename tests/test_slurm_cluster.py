@@ -75,7 +75,7 @@ def test_without_submitit_it_is_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_submitit)
     code, err, _ = run_cli(tmp_path, capsys)
     (line,) = problem_lines(err)
-    assert code == 2 and "submitit is not installed" in line and "tunebench[slurm]" in line
+    assert code == 2 and "submitit is not installed" in line and "pip install -e '.[slurm]'" in line
 
 
 def test_an_unknown_partition_is_exit_2_in_one_line(tmp_path, capsys, fake_slurm):

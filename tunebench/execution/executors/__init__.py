@@ -22,7 +22,7 @@ def make_executor(name: str):
         missing = ray_missing()
         if missing:
             raise InputError([InputProblem("command line", "--executor ray", missing,
-                                           "pip install 'tunebench[ray]' (or pip install ray)")])
+                                           "from the tunebench clone: pip install -e '.[ray]' (or pip install ray)")])
         return RayExecutor()
     if name == "slurm":
         from tunebench.execution.executors.slurm import SlurmExecutor, submitit_missing
@@ -30,7 +30,7 @@ def make_executor(name: str):
         missing = submitit_missing()
         if missing:
             raise InputError([InputProblem("command line", "--executor slurm", missing,
-                                           "pip install 'tunebench[slurm]' (or pip install submitit)")])
+                                           "from the tunebench clone: pip install -e '.[slurm]' (or pip install submitit)")])
         return SlurmExecutor()
     raise InputError([InputProblem("command line", "--executor", f"unknown executor {name!r}",
                                    f"use one of: {', '.join(EXECUTORS)}")])

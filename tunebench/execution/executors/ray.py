@@ -14,10 +14,12 @@ node rank. One that no even split over the nodes can hold is `skipped` with the 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,12 +41,26 @@ _REPO = str(Path(__file__).resolve().parents[3])
 
 
 def ray_missing() -> str | None:
-    """Why `--executor ray` cannot run here, or None."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    """Why `--executor ray` cannot run here, or None. Found, not imported: Ray reads its settings (RAY_AUTH_MODE)
+    once at import, and connect() may still set them."""
+    if "ray" not in sys.modules and importlib.util.find_spec("ray") is None:
         return "Ray is not installed (it is an optional dependency)"
     return None
+
+
+def use_token_if_available() -> None:
+    """Send this machine's Ray token when joining a cluster by address. Ray itself turns token authentication
+    on only for a cluster it finds without an address; given one, a driver without RAY_AUTH_MODE=token is
+    refused by a token cluster after ~20 s of retries, even with the token at hand. Sending a token to a cluster
+    without authentication is harmless (measured: it joins), so a token present and RAY_AUTH_MODE unset means
+    token mode. An explicit RAY_AUTH_MODE is always left as it is."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_path):
+        os.environ["RAY_AUTH_MODE"] = "token"
+        logger.info("Ray: a token is available (%s) and RAY_AUTH_MODE is unset: joining with RAY_AUTH_MODE=token",
+                    "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else token_path)
 
 
 class RayExecutor:
@@ -54,13 +70,15 @@ class RayExecutor:
         """Join the cluster at `address` (or start a local Ray when None) now. An unreachable cluster is an
         InputError within `timeout` seconds: ray.init itself retries forever, so joining runs in a thread that
         is abandoned (a daemon) when it has not answered in time."""
+        if address:
+            use_token_if_available()  # before Ray's first import: its config reads RAY_AUTH_MODE once, then caches it
         import ray
 
         if ray.is_initialized():
             return
         where = address or "a new local Ray instance"
-        fix = ("start the cluster (ray start --head) and give its host:port; with token authentication the "
-               "driver needs the cluster's token (RAY_AUTH_MODE=token and ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+        fix = ("start the cluster (ray start --head) and give its host:port; a cluster with token authentication "
+               "needs its token here too: in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")
         if address and ":" in address and not address.startswith("ray://") and address != "auto":
             host, _, port = address.rpartition(":")
             try:  # a refused or unroutable address answers at once, before Ray's own retries
@@ -74,7 +92,9 @@ class RayExecutor:
 
         def join() -> None:
             try:
-                ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+                # "local", not None: None would join whichever cluster `ray start` last made on this machine
+                # (another user's, another CI job's) instead of the new local instance the option promises.
+                ray.init(address=address or "local", runtime_env={"env_vars": env}, log_to_driver=False)
             except BaseException as exc:  # handed to the caller's thread
                 outcome["error"] = exc
 
