@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--exclusive_timing", action="store_true",
         help="every experiment alone on the machine (a scenario can ask with `exclusive: true`)")
     opt("--ray_address", default=None, metavar="ADDR", help="Ray cluster to join (`auto`, `host:port`, "
-        "`ray://host:port`); default a new local Ray instance")
+        "`ray://host:port`; `auto`: RAY_ADDRESS, else the cluster last started on this machine); default a new "
+        "local Ray instance, even when another cluster runs here")
     opt("--ray_connect_timeout", type=float, default=30.0, metavar="S",
         help="seconds to wait for the cluster at `--ray_address`; unreachable → exit 2")
     opt("--ray_transfer", choices=["object", "shared"], default="object",
