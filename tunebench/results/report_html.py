@@ -20,6 +20,7 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px sol
 margin-top:1.6em} .meta{color:#666;font-size:.9em} .omitted{color:#8a6d3b;background:#fcf8e3;padding:.4em .7em;
 border-radius:4px} table{border-collapse:collapse;font-size:.85em;margin:.5em 0;max-width:100%}
 th,td{border:1px solid #ddd;padding:.3em .45em;text-align:left;vertical-align:top} td{overflow-wrap:anywhere}
+table.experiments td:nth-child(2),table.failures td:nth-child(2){overflow-wrap:normal}
 th{background:#f4f4f4} td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 img{max-width:100%;border:1px solid #eee;margin:.4em 0}
 .status-ok{color:#2b7a2b} .status-bad{color:#b22222;font-weight:600} .pill{display:inline-block;
