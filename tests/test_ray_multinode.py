@@ -2,8 +2,8 @@
 each, a 2-process DDP experiment of preset:llama-tiny placed as 2 nodes × 1 process over gloo, against the same
 experiment as one local 2-process run; a raylet killed mid-run; GPU layouts with fake GPU resources.
 
-A preset's random initialisation is not seeded (two local runs of one experiment differ in train_loss), so the
-comparison trains the preset's weights saved once, seeded, to a local model folder: then the loss is exact."""
+The comparison trains the preset's weights saved once, seeded, to a local model folder, so it also covers a
+model loaded from disk; the loss is compared exactly."""
 
 import json
 import subprocess
