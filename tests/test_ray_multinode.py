@@ -1,6 +1,6 @@
-"""Experiments spanning Ray nodes (issue N) on a real local multi-node Ray cluster, CPU only: 2 raylets of 1 CPU
-each, a 2-process DDP experiment of preset:llama-tiny placed as 2 nodes × 1 process over gloo, against the same
-experiment as one local 2-process run; a raylet killed mid-run; GPU layouts with fake GPU resources.
+"""Experiments spanning Ray nodes (issue N) on a real local multi-node Ray cluster, CPU only: DDP experiments of
+preset:llama-tiny placed as 2 nodes × 1 process and 2 nodes × 2 processes over gloo, each against the same
+experiment as one local run; a raylet killed mid-run; GPU layouts with fake GPU resources.
 
 The comparison trains the preset's weights saved once, seeded, to a local model folder, so it also covers a
 model loaded from disk; the loss is compared exactly."""
@@ -69,12 +69,14 @@ def local_run(tmp_path_factory, pinned_model):
 
 
 @pytest.fixture
-def two_nodes():
-    """A head without CPUs and two 1-CPU raylets: a 2-process experiment fits no single node."""
+def two_nodes(request):
+    """A head without CPUs and two raylets of 1 CPU each (or `request.param`): an experiment of 2 (or 2 × that)
+    processes fits no single node."""
     from ray.cluster_utils import Cluster
 
+    cpus = getattr(request, "param", 1)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [cluster.add_node(num_cpus=1), cluster.add_node(num_cpus=1)]
+    nodes = [cluster.add_node(num_cpus=cpus), cluster.add_node(num_cpus=cpus)]
     ray.init(address=cluster.address, runtime_env=RUNTIME_ENV, log_to_driver=False)
     try:
         yield cluster, nodes
@@ -115,6 +117,30 @@ def test_two_nodes_give_the_row_of_one_local_two_process_run(tmp_path, two_nodes
     assert set(group_states().values()) == {"REMOVED"}
 
 
+@pytest.mark.parametrize("two_nodes", [2], indirect=True)
+def test_two_nodes_of_two_processes_give_the_row_of_one_local_four_process_run(tmp_path, two_nodes, pinned_model):
+    """2 nodes × 2 processes (torchrun --nproc_per_node 2 on each) against one local 4-process run: the same row.
+    Four 1-thread processes on two cores: slower, not different."""
+    env = {**ONE_THREAD, "TUNEBENCH_CACHE": str(tmp_path / "cache")}
+    planned = ddp(num=4, model=pinned_model)
+    (one,) = run_matrix(planned, RunOptions(output_dir=tmp_path / "local", timeout_seconds=600, extra_env=env,
+                                            cpu_slots=4))
+    (two,) = run_matrix(planned, RunOptions(output_dir=tmp_path / "ray", timeout_seconds=600, extra_env=env,
+                                            executor="ray"))
+    assert one["status"] == "ok" and two["status"] == "ok", (one.get("error_messages"), two.get("error_messages"))
+    assert one["scan_ranks"] == 4
+    for column in SAME:
+        assert one[column] == two[column], column
+    comm = [c for c in one if c.startswith("scan_comm_") and c.endswith("_bytes")]
+    assert comm and all(one[c] == two[c] for c in comm)
+    folder = tmp_path / "ray" / planned[0].folder_name
+    assert {f"scan.rank{r}.json" for r in range(4)} <= set(files_of(folder))
+    for rank, script in ((0, folder / "command.sh"), (1, folder / "nodes" / "1" / "command.sh")):
+        text = script.read_text()
+        assert "--nnodes 2" in text and f"--node_rank {rank}" in text and "--nproc_per_node 2" in text
+    assert set(group_states().values()) == {"REMOVED"}
+
+
 def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, cache, two_nodes):
     cluster, nodes = two_nodes
     out = tmp_path / "out"
@@ -137,7 +163,7 @@ def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, c
     message = row["error_messages"]
     assert row["status"] == "error" and message.startswith("node "), message
     assert "NodeDiedError" in message or "died" in message, message
-    leftovers = subprocess.run(["pgrep", "-f", planned[0].folder_name], capture_output=True, text=True).stdout.split()
+    leftovers = subprocess.run(["pgrep", "-f", str(out / planned[0].folder_name)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], leftovers  # every node's launcher and ranks are gone
     assert set(group_states().values()) == {"REMOVED"}
 

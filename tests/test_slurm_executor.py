@@ -112,7 +112,9 @@ def test_a_job_past_its_time_limit_is_a_timeout_row(tmp_path, pinned_model):
     assert row["status"] == "timeout", row["error_messages"]
     assert row["error_messages"].startswith("node 0") and "slurm: job" in row["error_messages"]
     assert "timed-out" in row["error_messages"]  # submitit's own message
-    assert subprocess.run(["pgrep", "-f", planned[0].folder_name], capture_output=True).returncode == 1
+    # The full path: a second test run on this machine runs experiments of the same folder name.
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "out" / planned[0].folder_name)],
+                          capture_output=True).returncode == 1
 
 
 def test_ctrl_c_cancels_every_job(tmp_path, pinned_model):
@@ -141,9 +143,9 @@ def test_ctrl_c_cancels_every_job(tmp_path, pinned_model):
     assert rows == {}  # nothing finished: both were interrupted
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and any(
-            subprocess.run(["pgrep", "-f", e.folder_name], capture_output=True).returncode == 0 for e in planned):
+            subprocess.run(["pgrep", "-f", str(out / e.folder_name)], capture_output=True).returncode == 0 for e in planned):
         time.sleep(0.5)
     for experiment in planned:  # the job, its launcher and its ranks are gone
-        assert subprocess.run(["pgrep", "-f", experiment.folder_name], capture_output=True).returncode == 1
+        assert subprocess.run(["pgrep", "-f", str(out / experiment.folder_name)], capture_output=True).returncode == 1
         text = (out / experiment.folder_name / "results.json").read_text()
         assert "interrupted" in text and "Slurm job" in text
