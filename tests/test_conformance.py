@@ -30,6 +30,11 @@ FAMILIES = {  # the preset families (tiny), then families tunebench has no prese
     "phi3": dict(model_type="phi3", **_SMALL, tie_word_embeddings=False, pad_token_id=0),
     "gemma": dict(model_type="gemma", **_SMALL, head_dim=16),
     "starcoder2": dict(model_type="starcoder2", **_SMALL, tie_word_embeddings=True),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=512, max_position_embeddings=512, rotary_pct=0.25,
+                     use_parallel_residual=True),
+    "phi": dict(model_type="phi", **_SMALL, partial_rotary_factor=0.5, resid_pdrop=0.1),
+    "qwen3": dict(model_type="qwen3", **_SMALL, head_dim=16, tie_word_embeddings=True),
 }
 VARIANTS = {"full": {}, "lora": {"peft": "lora"}, "gc": {"checkpointing": True}, "ga": {"grad_accum": 2}}
 BATCH, SEQ, SCAN_STEP = 2, 32, 3
@@ -79,17 +84,10 @@ def _predicted(model_dir: str, variant: dict) -> dict:
     return predict_step(shape, round_to_cuda_blocks=False)
 
 
-# Known gaps, said plainly (strict: the test fails when a gap closes, so the mark is removed then).
-GAPS = {("phi3", v): "phi3's activations are predicted 6-7 % low on CPU (fused qkv/gate_up projections): not "
-        "yet explained" for v in ("full", "lora", "ga")}
-
-
 def _cases():
     for family in FAMILIES:
         for variant in VARIANTS:
-            gap = GAPS.get((family, variant))
-            marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
-            yield pytest.param(family, variant, marks=marks, id=f"{family}-{variant}")
+            yield pytest.param(family, variant, id=f"{family}-{variant}")
 
 
 @pytest.mark.parametrize("family, variant", _cases())

@@ -115,3 +115,20 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
     from tunebench.results.columns import undeclared
 
     assert undeclared(frame.reset_index().columns, entry_parser().known_keys()) == []
+
+
+def test_packed_rows_say_why_their_activations_do_not_compare():
+    from tunebench.results.prediction_errors import error_columns
+
+    row = {"pred_mem_params": 100, "scan_mem_params": 100, "pred_mem_activations": 400, "scan_mem_activations": 350,
+           "pred_mem_temporaries": 50, "scan_mem_temporaries": 45, "pred_mem_peak": 1000,
+           "mem_peak_torch_max_allocated_bytes": 998, "per_device_train_batch_size": 4, "max_seq_len": 1024,
+           "scan_tokens": 3871, "scan_micro_batches": 1}
+    fixed = error_columns({**row, "packing": False, "padding_free": False})
+    assert fixed["pred_error_activations"] == 400 / 350 - 1 and "pred_note" not in fixed
+    packed = error_columns({**row, "packing": True, "padding_free": "True"})
+    assert packed["pred_error_activations"] is None and packed["pred_error_temporaries"] is None
+    assert packed["pred_error_params"] == 0 and packed["pred_error_peak"] == 1000 / 998 - 1
+    assert "3871" in packed["pred_note"] and "4096" in packed["pred_note"]
+    full = error_columns({**row, "packing": True, "padding_free": True, "scan_tokens": 4096})
+    assert full["pred_error_activations"] == 400 / 350 - 1 and "pred_note" not in full

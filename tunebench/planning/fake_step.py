@@ -36,6 +36,7 @@ class StepShape:
     micro_batch: int
     seq_len: int  # padded length of a micro-batch
     padded: bool  # a padding mask is passed (transformers then keeps the mask: GQA heads are repeated)
+    packed: bool = False  # padding-free packing: several sequences per row, told apart by their position ids
     grad_accum: int = 1
     peft: str = "none"
     lora_r: int = 8
@@ -54,16 +55,19 @@ def _model(shape: StepShape):
     from transformers import AutoModelForCausalLM
 
     from tunebench.experiment.models import load_config
+    from tunebench.planning.cuda_semantics import recompute_context
 
     config = load_config(shape.model)
     kwargs = {"attn_implementation": shape.attn_implementation} if shape.attn_implementation else {}
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, shape.dtype), **kwargs)
     if shape.checkpointing:
+        # context_fn: the recompute follows the CUDA rules the forward ran under (planning.cuda_semantics)
+        kwargs = {"use_reentrant": False, "context_fn": recompute_context}
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name for the same switch
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.config.use_cache = False
     if shape.peft != "none":
         from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
@@ -115,6 +119,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from tunebench.planning.attention_kernels import cpu_attention, gpu_attention, summary
+    from tunebench.planning.cuda_semantics import applied
+    from tunebench.planning.peak_rules import SavedTensorMeter, ScannerRules
     from tunebench.verify.memtracker_step import ignore_frozen_parameters
 
     model, config = _model(shape)
@@ -136,27 +142,46 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         attention = gpu_attention(gpu_arch, chosen) if gpu_arch else cpu_attention(chosen)
         # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
         attention_backward = gpu_attention(gpu_arch, []) if gpu_arch else cpu_attention([])
-        tracker = _peak_only(MemTracker)()
+        # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
+        cuda = applied(bool(gpu_arch))
+        tracker = _observed(_peak_only(MemTracker))()
         ignore_frozen_parameters(tracker, model)
         with _cuda_block_rounding(round_to_cuda_blocks):
             tracker.track_external(model, optimizer)  # sized (and rounded) when registered
-        with _cuda_block_rounding(round_to_cuda_blocks), tracker:
+        with _cuda_block_rounding(round_to_cuda_blocks), tracker, _packed_rows_only_if(shape.packed):
             if shape.grad_accum > 1:
                 # With accumulation the peak is in a micro-batch that starts with every gradient already there
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
-            meter = SavedTensorMeter(model)
-            with autocast, meter.hooks(), attention:
-                # Like Trainer.training_step: the outputs (logits) are dropped before backward.
-                loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss / shape.grad_accum
+            # On a CUDA target the peak is split by the scanner's rules (planning.peak_rules), not MemTracker's
+            rules = ScannerRules(lambda: _total(tracker), block=512) if round_to_cuda_blocks else None
+            tracker.after_op = rules.after_op if rules is not None else None
+            meter = SavedTensorMeter(model, rules, block=512 if round_to_cuda_blocks else 1)
+            grad_hooks = []
+            if rules is not None:
+                rules.count_existing_grads(trainable)
+                grad_hooks = [p.register_post_accumulate_grad_hook(rules.grad_hook) for p in trainable]
+            with autocast, meter.hooks(), attention, cuda:
+                # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
+                # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
+                # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
+                loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss / shape.grad_accum
+            if rules is not None:
+                rules.backward_open = True
             with attention_backward:
                 loss.backward()
             del loss
+            if rules is not None:
+                rules.end_backward()
             meter.remove()
+            for handle in grad_hooks:
+                handle.remove()
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if rules is not None:
+                rules.finish()
         snapshot = tracker.get_tracker_snapshot("peak")
     device = next(iter(snapshot))
     peak = {getattr(k, "value", str(k)): int(v) for k, v in snapshot[device].items()}
@@ -167,11 +192,37 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["temporaries"] += max(0, out["optimizer"] - state)
     out["optimizer"] = state
     out["peak"] = sum(out.values())
+    if rules is not None and rules.ops:
+        # the scanner's split of the same peak: saved storages (+ recompute) and accumulated gradients at its interval
+        activations, grads = rules.best_state
+        named = out["params"] + out["buffers"] + out["optimizer"]
+        out["activations"], out["grads"] = activations, grads
+        out["temporaries"] = max(0, out["peak"] - named - activations - grads)
     out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
     block = 512 if round_to_cuda_blocks else 1  # the CPU scanner's `grads`: every gradient, whole
     out["grads_full"] = sum(-(-p.untyped_storage().nbytes() // block) * block for p in trainable)
     out["attention"] = summary(chosen)
     return out
+
+
+@contextlib.contextmanager
+def _packed_rows_only_if(packed: bool):
+    """transformers tells packed rows from their position ids by reading values, which fake tensors cannot give:
+    it then assumes packed rows and builds a block mask (SDPA with a mask repeats GQA's keys and values). The
+    rows' layout is known here, so the fake step answers for it: not packed unless the experiment packs."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        masking_utils = None
+    if packed or masking_utils is None or not hasattr(masking_utils, "find_packed_sequence_indices"):
+        yield
+        return
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
 
 
 @contextlib.contextmanager
@@ -219,6 +270,28 @@ def _peak_only(tracker_class):
     return PeakOnlyMemTracker
 
 
+def _observed(tracker_class):
+    """The tracker calling `after_op` after every op it tracked (planning.peak_rules.ScannerRules.after_op)."""
+
+    class ObservedMemTracker(tracker_class):
+        after_op = None
+
+        def _update_peak_stats(self, peak_state) -> None:
+            if self.after_op is not None:
+                self.after_op()
+            return super()._update_peak_stats(peak_state)
+
+    return ObservedMemTracker if hasattr(tracker_class, "_update_peak_stats") else tracker_class
+
+
+def _total(tracker) -> int:
+    """Bytes the tracker counts as allocated now, all devices."""
+    from torch.distributed._tools import mem_tracker
+
+    key = getattr(mem_tracker, "_TOTAL_KEY", None)
+    return sum(snapshot.get(key, 0) for snapshot in tracker._curr_mem_snap.values())
+
+
 def _state_bytes(optimizer, round_to_cuda_blocks: bool) -> int:
     import torch
 
@@ -249,67 +322,3 @@ def _cuda_block_rounding(enabled: bool):
         yield
     finally:
         info._calculate_mem_consumed = original
-
-
-class SavedTensorMeter:
-    """The scanner's CPU definition of activations, under fake tensors: the most bytes ever held for backward
-    at once — tensors saved by autograd (parameters and their views excluded) plus the inputs that gradient-
-    checkpointed layers keep for their recompute — each storage counted once while anything holds it."""
-
-    def __init__(self, model):
-        self.excluded = {p.untyped_storage()._cdata for p in model.parameters()}
-        self.excluded |= {b.untyped_storage()._cdata for b in model.buffers()}
-        self.live: dict[int, list[int]] = {}  # storage → [holders, bytes]
-        self.total = self.max = 0
-        self.handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True)
-                        for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
-                        and not any(getattr(c, "gradient_checkpointing", False) is True for c in m.modules() if c is not m)]
-
-    def hooks(self):
-        import torch
-
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor if isinstance(held, _Held) else held)
-
-    def _hold(self, tensor) -> bool:
-        key = tensor.untyped_storage()._cdata
-        if key in self.excluded or isinstance(tensor, __import__("torch").nn.Parameter):
-            return False
-        entry = self.live.setdefault(key, [0, tensor.untyped_storage().nbytes()])
-        if entry[0] == 0:
-            self.total += entry[1]
-            self.max = max(self.max, self.total)
-        entry[0] += 1
-        return True
-
-    def _release(self, key: int) -> None:
-        entry = self.live[key]
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.total -= entry[1]
-
-    def _pack(self, tensor):
-        return _Held(tensor, self) if self._hold(tensor) else tensor
-
-    def _checkpoint_inputs(self, module, args, kwargs):
-        import weakref
-
-        import torch
-
-        for value in (*args, *kwargs.values()):
-            if isinstance(value, torch.Tensor) and self._hold(value):
-                weakref.finalize(value, self._release, value.untyped_storage()._cdata)
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-class _Held:
-    __slots__ = ("tensor", "meter", "key")
-
-    def __init__(self, tensor, meter: SavedTensorMeter):
-        self.tensor, self.meter, self.key = tensor, meter, tensor.untyped_storage()._cdata
-
-    def __del__(self):
-        self.meter._release(self.key)
-

@@ -70,12 +70,13 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
     fsdp = bool(spec.value("training", "fsdp"))
     dtype = "float32" if model.torch_dtype == "auto" else model.torch_dtype
     padded = not (data.synthetic_length_distribution == "fixed" and data.training_data_path == "synthetic")
-    if spec.value("training", "packing") and spec.value("training", "padding_free"):
+    packed = bool(spec.value("training", "packing") and spec.value("training", "padding_free"))
+    if packed:
         padded = False
     optim = spec.value("training", "optim")
     shape = StepShape(
         model=model.model_name_or_path, dtype=dtype, micro_batch=spec.value("training", "per_device_train_batch_size"),
-        seq_len=data.max_seq_len, padded=padded, grad_accum=spec.value("training", "gradient_accumulation_steps"),
+        seq_len=data.max_seq_len, padded=padded, packed=packed, grad_accum=spec.value("training", "gradient_accumulation_steps"),
         peft=peft.peft_method, lora_r=peft.r, lora_alpha=peft.lora_alpha, lora_targets=tuple(peft.target_modules),
         virtual_tokens=peft.num_virtual_tokens,
         checkpointing=checkpointing_on(training) or bool(fsdp_config.get("activation_checkpointing")),

@@ -233,6 +233,8 @@ REGISTRY: tuple[Column, ...] = (
        "`none` for eager); a different `scan_attention_backend` is a measurement_warning"),
     _m("pred_error_<category>", "fraction", None, "stability", S_PRED,
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
+    _k("pred_note", METRIC, "-", S_PRED,
+       "why a `pred_error_*` is empty although both figures exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
     # ---------------------------------------------------------------- environment
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),

@@ -1,0 +1,221 @@
+"""The scanner's category rules applied inside the fake step, so a prediction splits its peak as the scanner will.
+
+MemTracker files a tensor by when it was made (forward: activation, backward: temporary). The scanner files by
+what holds it at the peak: storages saved for backward (and checkpointed layers' inputs) are activations, plus,
+while a checkpointed layer is being recomputed, what its recompute has allocated so far; gradients once
+accumulated; the rest temporaries. Near the end of a checkpointed backward the two rules differ by hundreds of
+MB at the same peak (granite-3.1-2b: activations 405 MB by MemTracker's rule, 201 MB by the scanner's, on H100).
+
+`ScannerRules` mirrors scanner/memory_probe.py and scanner/alloc_trace.py event for event: every event that
+changes a category starts a new interval; an event that adds memory made just before it (a saved tensor, a
+gradient, a recomputed child's output) claims the interval that ended at it; the peak takes the categories
+of the interval it fell in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+
+logger = logging.getLogger(__name__)
+
+
+def _rounded(nbytes: int, block: int) -> int:
+    return -(-nbytes // block) * block
+
+
+class ScannerRules:
+    """Category state of the scanner's rules and the peak interval's owner, fed by the fake step's hooks."""
+
+    def __init__(self, current_total, block: int):
+        self.current_total = current_total  # () -> bytes allocated now (the tracker's running total)
+        self.block = block
+        self.saved = 0  # bytes of saved storages (and checkpoint inputs) alive
+        self.grads = 0
+        self.grad_storages: set[int] = set()
+        self.rc_base: int | None = None  # allocated when the current layer's recompute began
+        self.rc_upto: int | None = None  # allocated after its latest recomputed child
+        self.recompute_layer: int | None = None
+        self.backward_open = False
+        self.interval_peak = 0
+        self.ops = 0  # after_op calls: none means the tracker could not report (other torch internals)
+        self.best = -1
+        self.best_state = (0, 0)  # (activations, grads) of the interval holding the peak
+
+    def _state(self) -> tuple[int, int]:
+        live = 0
+        if self.rc_base is not None and self.rc_upto is not None:
+            live = max(0, self.rc_upto - self.rc_base)
+        return self.saved + live, self.grads
+
+    def after_op(self) -> None:
+        """Every op's outputs are allocated: the running total may be a new maximum of this interval."""
+        self.ops += 1
+        total = self.current_total()
+        if total > self.interval_peak:
+            self.interval_peak = total
+
+    def event(self, change, claims_previous: bool = False) -> None:
+        """Close the interval (its owner: the state after `change` if the event claims it), apply `change`."""
+        before = self._state()
+        change()
+        owner = self._state() if claims_previous else before
+        if self.interval_peak > self.best:
+            self.best, self.best_state = self.interval_peak, owner
+        self.interval_peak = self.current_total()
+
+    def finish(self) -> None:
+        self.event(lambda: None)
+
+    # ------------------------------------------------------------ gradients
+    def grad_hook(self, param) -> None:
+        grad = param.grad
+        if grad is None or grad.untyped_storage()._cdata in self.grad_storages:
+            return
+
+        def add() -> None:
+            self.grad_storages.add(grad.untyped_storage()._cdata)
+            self.grads += _rounded(grad.untyped_storage().nbytes(), self.block)
+
+        self.event(add, claims_previous=True)
+
+    def count_existing_grads(self, params) -> None:
+        for p in params:
+            if p.grad is not None and p.grad.untyped_storage()._cdata not in self.grad_storages:
+                self.grad_storages.add(p.grad.untyped_storage()._cdata)
+                self.grads += _rounded(p.grad.untyped_storage().nbytes(), self.block)
+
+    # ------------------------------------------------------------ recompute of checkpointed layers
+    def recompute_pre(self, layer: int) -> None:
+        if not self.backward_open or layer == self.recompute_layer:
+            return
+
+        def begin() -> None:
+            self.recompute_layer = layer
+            self.rc_base, self.rc_upto = self.current_total(), None
+
+        self.event(begin)
+
+    def recompute_post(self) -> None:
+        if not self.backward_open or self.recompute_layer is None:
+            return
+
+        def grow() -> None:
+            self.rc_upto = self.current_total()
+
+        self.event(grow, claims_previous=True)
+
+    def end_backward(self) -> None:
+        def reset() -> None:
+            self.backward_open = False
+            self.recompute_layer = self.rc_base = self.rc_upto = None
+
+        self.event(reset)
+
+
+class SavedTensorMeter:
+    """The scanner's saved-for-backward storages under fake tensors: tensors saved by autograd (parameters and
+    their views excluded) plus the inputs that gradient-checkpointed layers keep for their recompute, each
+    storage counted once while anything holds it. `max` is the CPU scanner's `activations` (the step's
+    maximum); with `rules`, every change is an event of the scanner's rules."""
+
+    def __init__(self, model, rules: ScannerRules | None = None, block: int = 1):
+        import torch
+
+        self.rules, self.block = rules, block
+        self.excluded = {p.untyped_storage()._cdata for p in model.parameters()}
+        self.excluded |= {b.untyped_storage()._cdata for b in model.buffers()}
+        self.live: dict[int, list[int]] = {}  # storage → [holders, bytes]
+        self.total = self.max = 0
+        self.forward_open = False
+        layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
+                  and not any(getattr(c, "gradient_checkpointing", False) is True for c in m.modules() if c is not m)]
+        self.handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True) for m in layers]
+        if rules is not None:
+            # Recompute runs a checkpointed layer's children again inside backward (the scanner hooks them too)
+            for layer in layers:
+                begin = _recompute_begin(rules, id(layer))
+                for child in layer.children():
+                    self.handles.append(child.register_forward_pre_hook(begin))
+                    self.handles.append(child.register_forward_hook(lambda m, a, o: rules.recompute_post()))
+        self._parameter = torch.nn.Parameter
+
+    @contextlib.contextmanager
+    def hooks(self):
+        """The forward: saved tensors are packed through the meter, checkpointed layers' inputs held."""
+        import torch
+
+        self.forward_open = True
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+                yield
+        finally:
+            self.forward_open = False
+
+    def _hold(self, tensor) -> bool:
+        key = tensor.untyped_storage()._cdata
+        if key in self.excluded or isinstance(tensor, self._parameter):
+            return False
+        entry = self.live.get(key)
+        if entry is None:
+            entry = self.live[key] = [0, _rounded(tensor.untyped_storage().nbytes(), self.block)]
+        if entry[0] == 0:
+            self._change(entry[1], claims_previous=True)
+        entry[0] += 1
+        return True
+
+    def _release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self._change(-entry[1], claims_previous=False)
+
+    def _change(self, delta: int, claims_previous: bool) -> None:
+        def apply() -> None:
+            self.total += delta
+            self.max = max(self.max, self.total)
+            if self.rules is not None:
+                self.rules.saved = self.total
+
+        if self.rules is None:
+            apply()
+        else:
+            self.rules.event(apply, claims_previous)
+
+    def _pack(self, tensor):
+        return _Held(tensor, self) if self._hold(tensor) else tensor
+
+    def _checkpoint_inputs(self, module, args, kwargs):
+        import torch
+
+        if not self.forward_open:  # a recompute that runs the layer's own hooks again (older transformers)
+            return
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and self._hold(value):
+                weakref.finalize(value, self._release, value.untyped_storage()._cdata)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _recompute_begin(rules: ScannerRules, layer: int):
+    def hook(module, args) -> None:
+        rules.recompute_pre(layer)
+
+    return hook
+
+
+def _unpack(held):
+    return held.tensor if isinstance(held, _Held) else held
+
+
+class _Held:
+    __slots__ = ("tensor", "meter", "key")
+
+    def __init__(self, tensor, meter: SavedTensorMeter):
+        self.tensor, self.meter, self.key = tensor, meter, tensor.untyped_storage()._cdata
+
+    def __del__(self):
+        self.meter._release(self.key)
