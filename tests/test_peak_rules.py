@@ -1,4 +1,4 @@
-"""The prediction splits its peak by the scanner's rules (issue L): planning.peak_rules.ScannerRules against the
+"""The prediction splits its peak by the scanner's rules (issue L): verify.peak_rules.ScannerRules against the
 scanner's own replay (scanner.alloc_trace) on generated event sequences, and the CUDA semantics the fake step
 applies for a GPU target (autocast's float32 ops, fused dropout) checked dtype by dtype."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scanner.alloc_trace import replay, resolve_phases, step_peak
-from tunebench.planning.peak_rules import ScannerRules
+from tunebench.verify.peak_rules import ScannerRules
 
 # One step's history: allocations and frees, tensors saved for backward (and released), gradients arriving,
 # and the recompute of checkpointed layers (a layer begins, its children finish one by one).

@@ -31,3 +31,29 @@ def test_verify_on_cpu_agrees_with_memtracker(tmp_path, capsys, extra):
 def test_verify_bad_options_exit_2(capsys):
     assert cli.main(["verify", "--device", "cpu", "--steps", "4"]) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_holder_split_follows_every_op_memtracker_tracks(checkpointing):
+    """verify's split of MemTracker's peak by the scanner's rules (on CUDA) sees the step MemTracker sees: the peak
+    the rules locate equals MemTracker's own, and the split never exceeds it. Run here on CPU tensors."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from tunebench.experiment.entry_parser import checkpointing_renames
+    from tunebench.experiment.models import load_model
+    from tunebench.verify.memtracker_step import MemTrackerStep
+
+    torch.manual_seed(0)
+    names = checkpointing_renames()
+    args = TrainingArguments(output_dir="/tmp/tunebench-holder-split", max_steps=3, use_cpu=True,
+                             per_device_train_batch_size=2, gradient_accumulation_steps=2, report_to=[],
+                             save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             **{names.get("gradient_checkpointing", "gradient_checkpointing"): checkpointing,
+                                names.get("gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+                                    {"use_reentrant": False}})
+    rows = [{"input_ids": ids, "labels": ids.clone()} for ids in torch.randint(3, 259, (12, 32))]
+    step = MemTrackerStep(3, split_by_holder=True)
+    Trainer(model=load_model("preset:llama-tiny", "float32"), args=args, train_dataset=rows, callbacks=[step]).train()
+    assert step.split is not None and step.split["peak"] == step.peak["Total"] > 0
+    assert 0 < step.split["activations"] + step.split["grads"] <= step.peak["Total"]

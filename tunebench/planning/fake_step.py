@@ -120,8 +120,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
 
     from tunebench.planning.attention_kernels import cpu_attention, gpu_attention, summary
     from tunebench.planning.cuda_semantics import applied
-    from tunebench.planning.peak_rules import SavedTensorMeter, ScannerRules
     from tunebench.verify.memtracker_step import ignore_frozen_parameters
+    from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, observed_tracker, tracked_total
 
     model, config = _model(shape)
     with FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
@@ -144,7 +144,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         attention_backward = gpu_attention(gpu_arch, []) if gpu_arch else cpu_attention([])
         # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
         cuda = applied(bool(gpu_arch))
-        tracker = _observed(_peak_only(MemTracker))()
+        tracker = observed_tracker(_peak_only(MemTracker))()
         ignore_frozen_parameters(tracker, model)
         with _cuda_block_rounding(round_to_cuda_blocks):
             tracker.track_external(model, optimizer)  # sized (and rounded) when registered
@@ -154,8 +154,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
-            # On a CUDA target the peak is split by the scanner's rules (planning.peak_rules), not MemTracker's
-            rules = ScannerRules(lambda: _total(tracker), block=512) if round_to_cuda_blocks else None
+            # On a CUDA target the peak is split by the scanner's rules (verify.peak_rules), not MemTracker's
+            rules = ScannerRules(lambda: tracked_total(tracker), block=512) if round_to_cuda_blocks else None
             tracker.after_op = rules.after_op if rules is not None else None
             meter = SavedTensorMeter(model, rules, block=512 if round_to_cuda_blocks else 1)
             grad_hooks = []
@@ -268,28 +268,6 @@ def _peak_only(tracker_class):
                     self._peak_mem_snap[device] = dict(snapshot)
 
     return PeakOnlyMemTracker
-
-
-def _observed(tracker_class):
-    """The tracker calling `after_op` after every op it tracked (planning.peak_rules.ScannerRules.after_op)."""
-
-    class ObservedMemTracker(tracker_class):
-        after_op = None
-
-        def _update_peak_stats(self, peak_state) -> None:
-            if self.after_op is not None:
-                self.after_op()
-            return super()._update_peak_stats(peak_state)
-
-    return ObservedMemTracker if hasattr(tracker_class, "_update_peak_stats") else tracker_class
-
-
-def _total(tracker) -> int:
-    """Bytes the tracker counts as allocated now, all devices."""
-    from torch.distributed._tools import mem_tracker
-
-    key = getattr(mem_tracker, "_TOTAL_KEY", None)
-    return sum(snapshot.get(key, 0) for snapshot in tracker._curr_mem_snap.values())
 
 
 def _state_bytes(optimizer, round_to_cuda_blocks: bool) -> int:

@@ -86,9 +86,9 @@ def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
     from tunebench.verify.memtracker_step import MemTrackerStep, compare
 
     scanner = Scanner(steps=args.scan_step, time_steps="off", output=None, log_to_trainer=False)
-    tracker = MemTrackerStep(args.scan_step)
+    tracker = MemTrackerStep(args.scan_step, split_by_holder=args.cuda)
     _trainer(_model(args), args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
-    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda)
+    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda, tracker.split)
     max_allocated = torch.cuda.max_memory_allocated() if args.cuda else None
     return categories, max_allocated, (tracker.peak or {}).get("Total")
 

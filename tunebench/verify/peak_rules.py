@@ -25,6 +25,28 @@ def _rounded(nbytes: int, block: int) -> int:
     return -(-nbytes // block) * block
 
 
+def observed_tracker(tracker_class):
+    """MemTracker calling `after_op` after every op it tracked (ScannerRules.after_op)."""
+
+    class ObservedMemTracker(tracker_class):
+        after_op = None
+
+        def _update_peak_stats(self, peak_state) -> None:
+            if self.after_op is not None:
+                self.after_op()
+            return super()._update_peak_stats(peak_state)
+
+    return ObservedMemTracker if hasattr(tracker_class, "_update_peak_stats") else tracker_class
+
+
+def tracked_total(tracker) -> int:
+    """Bytes a MemTracker counts as allocated now, all devices."""
+    from torch.distributed._tools import mem_tracker
+
+    key = getattr(mem_tracker, "_TOTAL_KEY", None)
+    return sum(snapshot.get(key, 0) for snapshot in tracker._curr_mem_snap.values())
+
+
 class ScannerRules:
     """Category state of the scanner's rules and the peak interval's owner, fed by the fake step's hooks."""
 
@@ -143,12 +165,29 @@ class SavedTensorMeter:
 
     @contextlib.contextmanager
     def hooks(self):
-        """The forward: saved tensors are packed through the meter, checkpointed layers' inputs held."""
+        """The forward: saved tensors are packed through the meter, checkpointed layers' inputs held. Hooks already
+        in force (the scanner's, when verify runs both on one step) still see every tensor: only the innermost
+        pair of saved-tensor hooks is called, so the meter calls them itself."""
         import torch
+
+        outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        outer_pack, outer_unpack = outer if outer else (None, None)
+
+        def pack(tensor):
+            held = self._pack(tensor)
+            if outer_pack is None:
+                return held
+            return _Outer(outer_pack(tensor), held)
+
+        def unpack(packed):
+            if isinstance(packed, _Outer):
+                _unpack(packed.held)
+                return outer_unpack(packed.outer)
+            return _unpack(packed)
 
         self.forward_open = True
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                 yield
         finally:
             self.forward_open = False
@@ -205,6 +244,15 @@ def _recompute_begin(rules: ScannerRules, layer: int):
         rules.recompute_pre(layer)
 
     return hook
+
+
+class _Outer:
+    """A tensor packed by outer hooks and by the meter: the meter's holder lives (and dies) with it."""
+
+    __slots__ = ("outer", "held")
+
+    def __init__(self, outer, held):
+        self.outer, self.held = outer, held
 
 
 def _unpack(held):
