@@ -87,7 +87,8 @@ def cuda_rules():
                 if name in FP32_CAST and any(_lower_precision(a) for a in (*args, *kwargs.values())):
                     args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)
                 elif name in FP32_SET_DTYPE and args and _lower_precision(args[0]) and kwargs.get("dtype") is None:
-                    kwargs = {**kwargs, "dtype": torch.float32}
+                    if len(args) <= 2:  # input and dim: no dtype given positionally either
+                        kwargs = {**kwargs, "dtype": torch.float32}
             return func(*args, **kwargs)
 
     return CudaRules()

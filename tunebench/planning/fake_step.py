@@ -155,7 +155,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
             # On a CUDA target the peak is split by the scanner's rules (verify.peak_rules), not MemTracker's
-            rules = ScannerRules(lambda: tracked_total(tracker), block=512) if round_to_cuda_blocks else None
+            follow = round_to_cuda_blocks and hasattr(tracker, "_curr_mem_snap")  # else MemTracker's own split
+            rules = ScannerRules(lambda: tracked_total(tracker), block=512) if follow else None
             tracker.after_op = rules.after_op if rules is not None else None
             meter = SavedTensorMeter(model, rules, block=512 if round_to_cuda_blocks else 1)
             grad_hooks = []
@@ -166,7 +167,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
                 # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
                 # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
                 # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
-                loss = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss / shape.grad_accum
+                loss = _loss(model, ids, mask) / shape.grad_accum
             if rules is not None:
                 rules.backward_open = True
             with attention_backward:
@@ -203,6 +204,17 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["grads_full"] = sum(-(-p.untyped_storage().nbytes() // block) * block for p in trainable)
     out["attention"] = summary(chosen)
     return out
+
+
+def _loss(model, ids, mask):
+    """The model's loss without a KV cache, as TRL's compute_loss asks (a model whose forward takes no
+    `use_cache` has none to turn off)."""
+    try:
+        return model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False).loss
+    except TypeError as error:
+        if "use_cache" not in str(error):
+            raise
+        return model(input_ids=ids, attention_mask=mask, labels=ids).loss
 
 
 @contextlib.contextmanager
