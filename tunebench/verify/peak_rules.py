@@ -1,4 +1,5 @@
-"""The scanner's category rules applied inside the fake step, so a prediction splits its peak as the scanner will.
+"""The scanner's category rules applied to a MemTracker-tracked step: the fake step (the prediction splits its
+peak as the scanner will) and verify's oracle (MemTracker's peak, split as the scanner splits).
 
 MemTracker files a tensor by when it was made (forward: activation, backward: temporary). The scanner files by
 what holds it at the peak: storages saved for backward (and checkpointed layers' inputs) are activations, plus,
@@ -48,7 +49,7 @@ def tracked_total(tracker) -> int:
 
 
 class ScannerRules:
-    """Category state of the scanner's rules and the peak interval's owner, fed by the fake step's hooks."""
+    """Category state of the scanner's rules and the peak interval's owner, fed by the step's hooks."""
 
     def __init__(self, current_total, block: int):
         self.current_total = current_total  # () -> bytes allocated now (the tracker's running total)
