@@ -139,6 +139,30 @@ def test_cuda_autocast_policy_under_the_cpu_kernels(call, cuda_dtype):
             assert call(x, w.bfloat16()).dtype == torch.bfloat16  # without autocast nothing is cast
 
 
+@pytest.mark.parametrize("call, cuda_dtype", [
+    (lambda x: x.sum(-1, True), torch.float32),  # input, dim, keepdim: sum's dtype is keyword-only
+    (lambda x: torch.sum(x, -1, True), torch.float32),
+    (lambda x: x.prod(-1, True), torch.float32),
+    (lambda x: torch.softmax(x, -1, None), torch.float32),  # a positional None gives no dtype
+    (lambda x: x.log_softmax(-1, torch.bfloat16), torch.bfloat16),  # an explicit positional dtype: left alone
+    (lambda x: torch.softmax(x, -1, torch.float16), torch.float16),
+    (lambda x: torch.nn.functional.softmax(x, -1, 3, torch.bfloat16), torch.bfloat16),  # (input, dim, _stacklevel, dtype)
+    (lambda x: x.sum(-1, True, dtype=torch.bfloat16), torch.bfloat16),
+    (lambda x: x.norm(2, -1, True), torch.float32),
+])
+def test_cuda_set_dtype_ops_whatever_their_positional_arguments(call, cuda_dtype):
+    """CUDA's fp32_set_opt_dtype policy: dtype float32 unless the call gives one, however many positional
+    arguments it passes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tunebench.planning.cuda_semantics import applied
+
+    with FakeTensorMode():
+        x = _fake(4, 8)
+        with torch.autocast("cpu", dtype=torch.bfloat16), applied(True):
+            assert call(x).dtype == cuda_dtype
+
+
 def test_cuda_dropout_keeps_a_one_byte_mask_and_follows_the_recompute():
     from torch.utils.checkpoint import checkpoint
 

@@ -28,6 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from peak_blocks import live_at_peak  # scripts/gpu/peak_blocks.py, beside this script
 
     from tunebench.experiment.models import load_config, load_model
 
@@ -51,18 +52,7 @@ def main() -> None:
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     entries = snapshot["device_traces"][0]
-    current = best = 0
-    at = -1
-    for i, e in enumerate(entries):
-        current += e["size"] if e["action"] == "alloc" else -e["size"] if e["action"] == "free_requested" else 0
-        if current > best:
-            best, at = current, i
-    live: dict[int, dict] = {}
-    for e in entries[: at + 1]:
-        if e["action"] == "alloc":
-            live[e["addr"]] = e
-        elif e["action"] == "free_requested":
-            live.pop(e["addr"], None)
+    best, at, live = live_at_peak(entries)
     largest = sorted(live.values(), key=lambda e: -e["size"])[: args.top]
     recent = [e for e in entries[max(0, at - 30): at + 1] if e["action"] == "alloc" and e["size"] >= 1 << 20]
     print(json.dumps({"peak_above_start": best, "peak_entry": {"size": entries[at]["size"], "frames": _frames(entries[at], 20)},

@@ -25,8 +25,9 @@ def site(frames: list[dict]) -> str:
     return frames[0].get("name", "?") if frames else "<no stack>"
 
 
-def analyse(snapshot: dict, device: int = 0, top: int = 25) -> dict:
-    entries = snapshot["device_traces"][device]
+def live_at_peak(entries: list[dict]) -> tuple[int, int, dict[int, dict]]:
+    """Replay a device trace's alloc/free history: (peak bytes above the trace's start, the index of the entry
+    that reached it, or -1 when nothing rose above the start; {address: alloc entry} of the blocks alive then)."""
     current = best = 0
     best_index = -1
     for i, e in enumerate(entries):
@@ -42,6 +43,12 @@ def analyse(snapshot: dict, device: int = 0, top: int = 25) -> dict:
             live[e["addr"]] = e
         elif e["action"] == "free_requested":
             live.pop(e["addr"], None)
+    return best, best_index, live
+
+
+def analyse(snapshot: dict, device: int = 0, top: int = 25) -> dict:
+    entries = snapshot["device_traces"][device]
+    best, best_index, live = live_at_peak(entries)
     groups: dict[str, list] = defaultdict(lambda: [0, 0])
     for e in live.values():
         g = groups[site(e.get("frames", []))]

@@ -31,6 +31,11 @@ FP32_CAST = frozenset({
     "softplus",
 })
 FP32_SET_DTYPE = frozenset({"prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm"})
+# Where a call of those can give its dtype positionally (its index in the call's args, the input first):
+# torch.softmax / Tensor.softmax (input, dim, dtype), log_softmax alike. The others' dtype is keyword-only
+# (sum, prod, cumsum, cumprod: native_functions.yaml), and F.softmax, F.log_softmax, torch.norm and
+# Tensor.norm hand every argument but the input on by keyword.
+_DTYPE_POSITION = {"softmax": 2, "log_softmax": 2}
 _LOWER = None  # (torch.float16, torch.bfloat16), set on first use: importing torch here would slow start-up
 _ACTIVE: list[bool] = []  # whether the fake step now runs for a CUDA target (read by recompute_context)
 
@@ -87,11 +92,23 @@ def cuda_rules():
                 if name in FP32_CAST and any(_lower_precision(a) for a in (*args, *kwargs.values())):
                     args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)
                 elif name in FP32_SET_DTYPE and args and _lower_precision(args[0]) and kwargs.get("dtype") is None:
-                    if len(args) <= 2:  # input and dim: no dtype given positionally either
-                        kwargs = {**kwargs, "dtype": torch.float32}
+                    args, kwargs = _float32_unless_given(name, args, kwargs)
             return func(*args, **kwargs)
 
     return CudaRules()
+
+
+def _float32_unless_given(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A "set dtype" op's arguments with dtype float32, unless the call gives a dtype positionally (left alone,
+    as CUDA's autocast leaves an explicit dtype); a positional None is replaced (a keyword would clash with it)."""
+    import torch
+
+    position = _DTYPE_POSITION.get(name)
+    if position is None or len(args) <= position:
+        return args, {**kwargs, "dtype": torch.float32}
+    if args[position] is not None:
+        return args, kwargs
+    return (*args[:position], torch.float32, *args[position + 1:]), kwargs
 
 
 def _dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):

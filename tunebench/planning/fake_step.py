@@ -15,6 +15,8 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from tunebench.verify.peak_rules import rounded
+
 logger = logging.getLogger(__name__)
 
 CATEGORIES = {  # prediction category -> MemTracker reference types
@@ -123,6 +125,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from tunebench.verify.memtracker_step import ignore_frozen_parameters
     from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, observed_tracker, tracked_total
 
+    block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
     with FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
@@ -156,9 +159,9 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
                     p.grad = torch.zeros_like(p)
             # On a CUDA target the peak is split by the scanner's rules (verify.peak_rules), not MemTracker's
             follow = round_to_cuda_blocks and hasattr(tracker, "_curr_mem_snap")  # else MemTracker's own split
-            rules = ScannerRules(lambda: tracked_total(tracker), block=512) if follow else None
+            rules = ScannerRules(lambda: tracked_total(tracker), block=block) if follow else None
             tracker.after_op = rules.after_op if rules is not None else None
-            meter = SavedTensorMeter(model, rules, block=512 if round_to_cuda_blocks else 1)
+            meter = SavedTensorMeter(model, rules, block=block)
             grad_hooks = []
             if rules is not None:
                 rules.count_existing_grads(trainable)
@@ -189,7 +192,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out = {name: sum(peak.get(r, 0) for r in refs) for name, refs in CATEGORIES.items()}
     # MemTracker files what the optimizer step allocates under its optimizer state; the scanner's `optimizer`
     # is the state alone (every tensor in optimizer.state), the rest of the step's transients are temporaries.
-    state = _state_bytes(optimizer, round_to_cuda_blocks)
+    state = _state_bytes(optimizer, block)
     out["temporaries"] += max(0, out["optimizer"] - state)
     out["optimizer"] = state
     out["peak"] = sum(out.values())
@@ -200,8 +203,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         out["activations"], out["grads"] = activations, grads
         out["temporaries"] = max(0, out["peak"] - named - activations - grads)
     out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
-    block = 512 if round_to_cuda_blocks else 1  # the CPU scanner's `grads`: every gradient, whole
-    out["grads_full"] = sum(-(-p.untyped_storage().nbytes() // block) * block for p in trainable)
+    out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
     out["attention"] = summary(chosen)
     return out
 
@@ -282,11 +284,10 @@ def _peak_only(tracker_class):
     return PeakOnlyMemTracker
 
 
-def _state_bytes(optimizer, round_to_cuda_blocks: bool) -> int:
+def _state_bytes(optimizer, block: int) -> int:
     import torch
 
-    block = 512 if round_to_cuda_blocks else 1
-    return sum(-(-t.untyped_storage().nbytes() // block) * block
+    return sum(rounded(t.untyped_storage().nbytes(), block)
                for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
 
 
@@ -302,12 +303,10 @@ def _cuda_block_rounding(enabled: bool):
         return
     original = info._calculate_mem_consumed
 
-    def rounded(self) -> int:
-        mem = self.size * self.element_size
-        block = mem_tracker._PYTORCH_MIN_ALLOCATE
-        return -(-mem // block) * block
+    def consumed(self) -> int:
+        return rounded(self.size * self.element_size, mem_tracker._PYTORCH_MIN_ALLOCATE)
 
-    info._calculate_mem_consumed = rounded
+    info._calculate_mem_consumed = consumed
     try:
         yield
     finally:

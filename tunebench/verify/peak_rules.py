@@ -22,7 +22,8 @@ import weakref
 logger = logging.getLogger(__name__)
 
 
-def _rounded(nbytes: int, block: int) -> int:
+def rounded(nbytes: int, block: int) -> int:
+    """`nbytes` in whole `block`-byte blocks, as the CUDA caching allocator sizes a storage (block 512; 1: as is)."""
     return -(-nbytes // block) * block
 
 
@@ -99,7 +100,7 @@ class ScannerRules:
 
         def add() -> None:
             self.grad_storages.add(grad.untyped_storage()._cdata)
-            self.grads += _rounded(grad.untyped_storage().nbytes(), self.block)
+            self.grads += rounded(grad.untyped_storage().nbytes(), self.block)
 
         self.event(add, claims_previous=True)
 
@@ -107,7 +108,7 @@ class ScannerRules:
         for p in params:
             if p.grad is not None and p.grad.untyped_storage()._cdata not in self.grad_storages:
                 self.grad_storages.add(p.grad.untyped_storage()._cdata)
-                self.grads += _rounded(p.grad.untyped_storage().nbytes(), self.block)
+                self.grads += rounded(p.grad.untyped_storage().nbytes(), self.block)
 
     # ------------------------------------------------------------ recompute of checkpointed layers
     def recompute_pre(self, layer: int) -> None:
@@ -199,7 +200,7 @@ class SavedTensorMeter:
             return False
         entry = self.live.get(key)
         if entry is None:
-            entry = self.live[key] = [0, _rounded(tensor.untyped_storage().nbytes(), self.block)]
+            entry = self.live[key] = [0, rounded(tensor.untyped_storage().nbytes(), self.block)]
         if entry[0] == 0:
             self._change(entry[1], claims_previous=True)
         entry[0] += 1
