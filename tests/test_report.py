@@ -122,8 +122,8 @@ def test_failures_table_has_status_class_and_error_line(results_csv):
 def test_charts_are_embedded_valid_pngs(results_csv):
     html_text = report.build_report(pd.read_csv(results_csv), "x.csv")
     page = parse(html_text)
-    # memory breakdown, time breakdown, scaling, memory vs batch size, predicted vs measured memory
-    assert len(page.images) == 5
+    # memory breakdown, time breakdown, scaling, memory vs batch size, Pareto front, predicted vs measured memory
+    assert len(page.images) == 6
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])
@@ -151,7 +151,7 @@ def test_missing_columns_are_omitted_with_a_reason(tmp_path):
     html_text = report.write_report(path, tmp_path / "r.html").read_text()
     page = parse(html_text)
     assert page.images == []
-    assert html_text.count("Omitted:") == 6  # + no steady-state columns, no predictions
+    assert html_text.count("Omitted:") == 7  # + no steady-state columns (and so no Pareto front), no predictions
     assert "scan_mem_params" in html_text and "scan_time_forward" in html_text
     assert "all ok rows have num_gpus = 1" in html_text
     assert "column effective_batch_size" in html_text
@@ -178,7 +178,7 @@ def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
         "4,800.0",
         "-20.0 %",
     ] in page.tables["findings"]
-    assert len(page.images) == 6  # + the change heatmap
+    assert len(page.images) == 7  # + the change heatmap
 
 
 def test_main_exit_codes(results_csv, tmp_path, capsys):

@@ -36,7 +36,9 @@ logger = logging.getLogger(__name__)
 
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
 SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
-               "verify": "tunebench.verify.command"}
+               "tune": "tunebench.tune.command", "verify": "tunebench.verify.command"}
+
+
 def plan(options: argparse.Namespace):
     """Load, expand and validate; raises InputError with every problem found."""
     problems: list[InputProblem] = []
@@ -104,11 +106,11 @@ def plan(options: argparse.Namespace):
     if options.executor != "local" and not options.dry_run:
         # Last: asking the cluster is the slowest check (joining Ray, sinfo). An unreachable cluster, or one the
         # experiments do not fit, is an input error within a bound.
-        executor.check(_run_options(options, gpus, memory_logging, {}), experiments)
+        executor.check(run_options(options, gpus, memory_logging, {}), experiments)
     return experiments, device_type, gpus, memory_logging
 
 
-def _run_options(options: argparse.Namespace, gpus, memory_logging: set[str], predictions: dict) -> RunOptions:
+def run_options(options: argparse.Namespace, gpus, memory_logging: set[str], predictions: dict) -> RunOptions:
     """What the runner and the executors take from the command line."""
     extra_env = {"TUNEBENCH_REQUIRE_DATA_CACHE": "1"} if options.no_data_processing else {}
     return RunOptions(
@@ -126,7 +128,7 @@ def _run_options(options: argparse.Namespace, gpus, memory_logging: set[str], pr
     )
 
 
-def _predictions(options, experiments, gpus) -> dict:
+def predictions_for(options, experiments, gpus) -> dict:
     """pred_* columns per experiment_id, for the device given by --plan_device or the GPUs present."""
     from tunebench.planning.plan_matrix import plan_experiments
     from tunebench.planning.predict import device_capacity
@@ -183,7 +185,7 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
         from dataclasses import replace
 
         experiments = [replace(e, repeat=k) for k in range(1, options.repeats + 1) for e in experiments]
-    run_options = _run_options(options, gpus, memory_logging, predictions)
+    settings = run_options(options, gpus, memory_logging, predictions)
     with stop_on_signals(), results_lock(output_dir):
         if options.overwrite and not options.dry_run:
             removed = results_folder.remove_previous_results(output_dir)
@@ -193,7 +195,7 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
         print(f"{len(experiments)} experiment(s) on {device_type} -> {output_dir}/", flush=True)
         order = [e.folder_name for e in experiments]
         try:
-            rows = run_matrix(experiments, run_options)
+            rows = run_matrix(experiments, settings)
         except BaseException:
             # Every stop path (Ctrl-C, SIGTERM/SIGHUP, an executor error) leaves CSVs holding every experiment
             # on disk, the interrupted ones as error rows; a failure to write them must not hide the cause.
@@ -237,7 +239,7 @@ def _checked_run(options, planning_only: bool) -> int:
     if not (options.dry_run or planning_only):
         from tunebench.execution.preparation import preprocess_data
         preprocess_data(experiments, build=not options.no_data_processing)
-    predictions = _predictions(options, experiments, gpus) if planning_only or options.plan or \
+    predictions = predictions_for(options, experiments, gpus) if planning_only or options.plan or \
         options.skip_predicted_oom else {}
     if planning_only:
         with results_lock(Path(options.results_output_path)):  # never into a folder a run holds

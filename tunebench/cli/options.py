@@ -33,7 +33,7 @@ MATRIX_RANGE = Range(1)  # what `numbers` accepts
 _SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
-                   "CSV), `report` (HTML report); e.g. `benchmark.py compare --help`")
+                   "CSV), `report` (HTML report), `tune` (the fastest configuration that fits, by a pruned search); e.g. `benchmark.py compare --help`")
 
 
 def split(values: list[str]) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.fileio import write_atomic
-from tunebench.results import charts, report_comparison, report_predictions
+from tunebench.results import charts, pareto, report_comparison, report_predictions
 from tunebench.results import compare as cmp
 from tunebench.results import compare_rules as rules
 from tunebench.results import report_warnings as warn
@@ -224,6 +224,8 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "<h2>Memory vs effective batch size</h2>",
         _chart(charts.curves_chart, ok, "effective_batch_size", MEMORY_PANELS,
                _families(ok, "effective_batch_size", "per_device_train_batch_size"), "Memory vs effective batch size"),
+        "<h2>Pareto front: tokens/s against memory and energy</h2>",
+        _chart(pareto.pareto_chart, ok, ok["_label"], "Pareto front"),
         "<h2>Padding and attention kernels</h2>",
         _padding_section(df, warnings),
         "<h2>Memory: predicted before launch vs measured</h2>",

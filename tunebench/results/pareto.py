@@ -1,0 +1,68 @@
+"""The Pareto chart of a results CSV: steady tokens/s against peak memory and J/token, the front marked.
+
+A point is on the front when no other ok row is at least as fast with at most its memory (or energy) and
+strictly better in one of the two: those are the configurations worth choosing between (`benchmark.py tune`
+runs put their whole search here).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from tunebench.results.charts import NEUTRAL_COLOR, REGRESSION_COLOR, ChartSkipped, _figure, to_png
+
+logger = logging.getLogger(__name__)
+
+THROUGHPUT = "steady_nonpad_tokens_per_second"
+# x axes, lower better: (column, axis label, divisor). Memory: the first of these present (measured by torch, the
+# scanner, HF's metrics; the prediction where nothing was measured), then energy where the sidecar measured it.
+MEMORY = (("mem_peak_torch_max_allocated_bytes", "peak allocated [GiB]", 1024**3),
+          ("scan_mem_peak_allocated", "peak allocated in the scanned step [GiB]", 1024**3),
+          ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (HF metrics) [GiB]", 1024**3),
+          ("pred_mem_peak", "predicted peak [GiB] (no measured peak)", 1024**3))
+ENERGY = ("steady_energy_joules_per_nonpad_token", "J per non-padding token", 1.0)
+
+
+def front(cost: np.ndarray, gain: np.ndarray) -> np.ndarray:
+    """Boolean mask of the points no other point dominates (cost lower-better, gain higher-better)."""
+    on = np.ones(len(cost), dtype=bool)
+    for i in range(len(cost)):
+        dominated = (cost <= cost[i]) & (gain >= gain[i]) & ((cost < cost[i]) | (gain > gain[i]))
+        on[i] = not dominated.any()
+    return on
+
+
+def _panels(ok: pd.DataFrame) -> list[tuple[str, str, float]]:
+    def present(column: str) -> bool:
+        return column in ok.columns and ok[column].notna().any()
+
+    memory = next((m for m in MEMORY if present(m[0])), None)
+    return [p for p in (memory, ENERGY) if p is not None and present(p[0])]
+
+
+def pareto_chart(ok: pd.DataFrame, labels: pd.Series, title: str = "Pareto front") -> bytes:
+    """One panel per cost column present: every ok row, the front joined and labelled."""
+    if THROUGHPUT not in ok.columns or ok[THROUGHPUT].notna().sum() < 2:
+        raise ChartSkipped(f"{title}: fewer than two ok rows with {THROUGHPUT}.")
+    panels = _panels(ok)
+    if not panels:
+        raise ChartSkipped(f"{title}: no peak memory or energy column among ok rows.")
+    fig = _figure(6.0 * len(panels), 4.5)
+    for axis, (column, label, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        rows = ok[ok[column].notna() & ok[THROUGHPUT].notna()]
+        cost, gain = rows[column].to_numpy(float) / scale, rows[THROUGHPUT].to_numpy(float)
+        mask = front(cost, gain)
+        axis.scatter(cost[~mask], gain[~mask], color=NEUTRAL_COLOR, alpha=0.6, label="dominated")
+        order = np.argsort(cost[mask])
+        axis.plot(cost[mask][order], gain[mask][order], "o-", color=REGRESSION_COLOR, label="Pareto front")
+        for x, y, text in zip(cost[mask], gain[mask], labels[rows.index][mask], strict=True):
+            axis.annotate(str(text)[:40], (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        axis.set_xlabel(label)
+        axis.set_ylabel("steady non-padding tokens/s")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.suptitle(title)
+    return to_png(fig)

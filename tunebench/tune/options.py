@@ -1,0 +1,175 @@
+"""`benchmark.py tune`'s command line: one typed TuneOptions, checked at the edge (exit 2 names the option)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+
+from transformers.hf_argparser import string_to_bool
+
+from tunebench.errors import InputError, InputProblem
+
+logger = logging.getLogger(__name__)
+
+OBJECTIVES = {  # objective -> (the results column it is computed from, its unit)
+    "tokens_per_second": ("steady_nonpad_tokens_per_second", "tokens/s"),
+    "joules_per_token": ("steady_energy_joules_per_nonpad_token", "J/token"),
+    "cost": ("steady_nonpad_tokens_per_second", "$/Mtoken"),
+}
+PEFT_CHOICES = ("none", "lora", "any")
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What to tune for and the space to search; the `*_choices` narrow the space (None: tune's default)."""
+
+    model: str
+    num_gpus: int = 1
+    effective_batch: int = 16
+    max_seq_len: int = 1024
+    peft: str = "any"
+    objective: str = "tokens_per_second"
+    gpu_hour_price: float | None = None
+    budget_minutes: float | None = None
+    results_output_path: str = "results-tune"
+    device: str = "auto"
+    plan_device: str | None = None
+    lora_ranks: tuple[int, ...] = (16,)
+    micro_batches: tuple[int, ...] | None = None
+    gradient_checkpointing: tuple[bool, ...] = (False, True)
+    packing: tuple[bool, ...] | None = None
+    optimizers: tuple[str, ...] = ("adamw_torch_fused", "adamw_torch")
+    torch_compile: tuple[bool, ...] | None = None
+    training_data_path: str = "synthetic"
+    synthetic_length_distribution: str = "fixed"
+    tolerance_pct: float = 5.0
+    confirm: int = 2
+    margin_pct: float = 2.0
+    timeout: float = 3600.0
+    defaults_config_path: str | None = None
+    framework_configs_path: str | None = None
+    log_level: str = "INFO"
+    grid: bool = False
+
+    @property
+    def minimise(self) -> bool:
+        return self.objective != "tokens_per_second"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmark.py tune", description=(
+        "Find the fastest (or cheapest) way to fine-tune a model that fits: the space of PEFT, checkpointing, "
+        "micro-batch × accumulation, packing, optimizer, torch.compile, Liger and DDP/FSDP is pruned with the "
+        "memory prediction, the likely best points run first as short `steady_state: auto` runs, the leaders get "
+        "a confirming run. Writes <out>/tune.csv (ranked), <out>/tune-scenarios.yaml (the winner) and the "
+        "experiments as ordinary results (CSV, compare, report, resume)."))
+
+    def opt(*names, **kw):
+        parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+
+    opt("--model", required=True, help="model: `preset:<name>`, a local dir or a hub id")
+    opt("--num_gpus", type=int, default=1, help="GPUs (CPU: processes); DDP and FSDP variants when > 1")
+    opt("--effective_batch", type=int, default=16, help="samples per optimizer step, all devices")
+    opt("--max_seq_len", type=int, default=1024, help="tokens per sequence")
+    opt("--peft", choices=PEFT_CHOICES, default="any", help="full fine-tuning, LoRA, or both")
+    opt("--objective", choices=sorted(OBJECTIVES), default="tokens_per_second",
+        help="what to optimise: steady non-padding tokens/s, steady J per non-padding token (nvidia-smi sidecar), "
+        "or $ per million tokens (needs --gpu_hour_price)")
+    opt("--gpu_hour_price", type=float, default=None, help="price of one GPU hour, for --objective cost")
+    opt("--budget_minutes", type=float, default=None, help="GPU minutes the search may spend (GPUs × wall time "
+        "of its experiments); when spent, the best so far is the answer (marked unconfirmed)")
+    opt("--results_output_path", default="results-tune", help="results folder (as benchmark.py's)")
+    opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when GPUs are present")
+    opt("--plan_device", default=None, help="GPU memory to fit (a name or a size, e.g. 80GiB); default the GPU "
+        "present; on CPU a per-process budget")
+    opt("--lora_ranks", nargs="+", type=int, default=[16], help="LoRA ranks in the space")
+    opt("--micro_batches", nargs="+", type=int, default=None,
+        help="per-device micro-batches (default every divisor of the per-device batch)")
+    opt("--gradient_checkpointing", nargs="+", default=["false", "true"], help="checkpointing on/off values")
+    opt("--packing", nargs="+", default=None, help="packing values (default false, plus true when the data has "
+        "rows shorter than --max_seq_len)")
+    opt("--optimizers", nargs="+", default=["adamw_torch_fused", "adamw_torch"], help="TrainingArguments `optim` values")
+    opt("--torch_compile", nargs="+", default=None, help="torch.compile values (default false true on GPU, false "
+        "on CPU)")
+    opt("--training_data_path", default="synthetic", help="`synthetic` or a local JSON/JSONL/parquet file")
+    opt("--synthetic_length_distribution", default="fixed", help="`fixed` (full rows) or `uniform`")
+    opt("--tolerance_pct", type=float, default=5.0, help="a point is screened while its expected objective is "
+        "within this many %% of the best measured; leaders within it get a confirming run")
+    opt("--confirm", type=int, default=2, help="leaders given a confirming run")
+    opt("--margin_pct", type=float, default=2.0, help="least memory margin over the prediction (raised by the "
+        "prediction error measured in the folder and by any OOM)")
+    opt("--timeout", type=float, default=3600.0, help="per-experiment timeout in seconds")
+    opt("--defaults_config_path", default=None, help="defaults.yaml to use (default the repository's)")
+    opt("--framework_configs_path", default=None, help="framework_configs.yaml (default the repository's)")
+    opt("--grid", action="store_true", help="run every point of the space, predicted to fit or not, with the "
+        "standard measurement (the reference a search is judged against); no search")
+    opt("--log_level", default="INFO")
+    return parser
+
+
+def _bools(values: list[str] | None, option: str, problems: list[InputProblem]) -> tuple[bool, ...] | None:
+    if values is None:
+        return None
+    try:
+        found = tuple(dict.fromkeys(string_to_bool(v) for value in values for v in value.replace(",", " ").split()))
+    except Exception:
+        problems.append(InputProblem("command line", option, f"expected true/false values, got {values}",
+                                     f"e.g. {option} false true"))
+        return None
+    if not found:
+        problems.append(InputProblem("command line", option, "no value given", f"e.g. {option} false true"))
+    return found
+
+
+def parse(argv: list[str]) -> TuneOptions:
+    """TuneOptions from the command line; InputError with every problem found."""
+    ns = build_parser().parse_args(argv)
+    problems: list[InputProblem] = []
+
+    def positive(name: str, value, allow_none: bool = False):
+        if value is None and allow_none:
+            return
+        if value is None or value <= 0:
+            problems.append(InputProblem("command line", f"--{name}", f"must be positive, got {value}",
+                                         f"e.g. --{name} 1"))
+
+    for name in ("num_gpus", "effective_batch", "max_seq_len", "timeout"):
+        positive(name, getattr(ns, name))
+    positive("budget_minutes", ns.budget_minutes, allow_none=True)
+    positive("gpu_hour_price", ns.gpu_hour_price, allow_none=True)
+    for name in ("lora_ranks", "micro_batches"):
+        for value in getattr(ns, name) or []:
+            positive(name, value)
+    if ns.confirm < 1:
+        problems.append(InputProblem("command line", "--confirm", f"must be at least 1, got {ns.confirm}",
+                                     "e.g. --confirm 2"))
+    for name in ("tolerance_pct", "margin_pct"):
+        if not 0 <= getattr(ns, name) < 100:
+            problems.append(InputProblem("command line", f"--{name}", f"must be in [0, 100), got "
+                                         f"{getattr(ns, name)}", f"e.g. --{name} 5"))
+    if ns.objective == "cost" and ns.gpu_hour_price is None:
+        problems.append(InputProblem("command line", "--gpu_hour_price", "--objective cost needs the price of a "
+                                     "GPU hour", "e.g. --objective cost --gpu_hour_price 2.5"))
+    if ns.effective_batch and ns.num_gpus and ns.effective_batch % max(ns.num_gpus, 1):
+        problems.append(InputProblem("command line", "--effective_batch", f"{ns.effective_batch} samples do not "
+                                     f"split over {ns.num_gpus} GPUs", "give a multiple of --num_gpus"))
+    checkpointing = _bools(ns.gradient_checkpointing, "--gradient_checkpointing", problems)
+    packing = _bools(ns.packing, "--packing", problems)
+    compile_values = _bools(ns.torch_compile, "--torch_compile", problems)
+    if problems:
+        raise InputError(problems)
+    return TuneOptions(
+        model=ns.model, num_gpus=ns.num_gpus, effective_batch=ns.effective_batch, max_seq_len=ns.max_seq_len,
+        peft=ns.peft, objective=ns.objective, gpu_hour_price=ns.gpu_hour_price, budget_minutes=ns.budget_minutes,
+        results_output_path=ns.results_output_path, device=ns.device, plan_device=ns.plan_device,
+        lora_ranks=tuple(dict.fromkeys(ns.lora_ranks)),
+        micro_batches=tuple(dict.fromkeys(ns.micro_batches)) if ns.micro_batches else None,
+        gradient_checkpointing=checkpointing, packing=packing, optimizers=tuple(dict.fromkeys(ns.optimizers)),
+        torch_compile=compile_values, training_data_path=ns.training_data_path,
+        synthetic_length_distribution=ns.synthetic_length_distribution, tolerance_pct=ns.tolerance_pct,
+        confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
+        defaults_config_path=ns.defaults_config_path, framework_configs_path=ns.framework_configs_path,
+        log_level=os.environ.get("TUNEBENCH_LOG_LEVEL", ns.log_level), grid=ns.grid,
+    )
