@@ -291,3 +291,31 @@ def test_pareto_front_is_exactly_the_undominated_points():
     gain = np.array([10.0, 20.0, 15.0, 20.0, 30.0, 9.0])
     # (2, 15) is dominated by (2, 20); (3, 20) by (2, 20); (1, 9) by (1, 10).
     assert front(cost, gain).tolist() == [True, True, False, False, True, False]
+
+
+@pytest.mark.slow
+def test_a_stopped_tune_leaves_every_experiment_in_the_csv_no_orphans_and_resumes(tmp_path):
+    import signal
+    import subprocess as sp
+    import time
+
+    out = tmp_path / "tune"
+    cmd = [sys.executable, str(REPO / "benchmark.py"), "tune", "--model", "preset:llama-tiny", "--device", "cpu",
+           "--max_seq_len", "64", "--effective_batch", "4", "--peft", "lora", "--lora_ranks", "4",
+           "--optimizers", "adamw_torch_fused", "--gradient_checkpointing", "false", "--results_output_path", str(out)]
+    proc = sp.Popen(cmd, cwd=REPO, stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("tune-screen-*/stdout.log")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert sp.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split() == []
+    on_disk = {p.name for p in out.iterdir() if p.is_dir()}
+    frame = pd.read_csv(out / "raw_summary.csv")
+    assert {f"{s}_{i}" for s, i in zip(frame["scenario"], frame["experiment_id"], strict=True)} == on_disk
+    assert "error" in set(frame["status"])  # the interrupted screening run, recorded as such
+    again = sp.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    table = pd.read_csv(out / "tune.csv")
+    assert table.loc[0, "state"] == "confirmed"

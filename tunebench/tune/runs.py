@@ -97,6 +97,15 @@ class HarnessRuns:
         preprocess_data(experiments, build=True)
         predictions = {e.experiment_id: self.predictions.get(p, {}) for p, e in zip(points, experiments, strict=True)}
         logger.info("tune %s: %s", stage, ", ".join(p.label for p in points))
-        rows = run_matrix(experiments, cli.run_options(ns, gpus, memory_logging, predictions))
+        try:
+            rows = run_matrix(experiments, cli.run_options(ns, gpus, memory_logging, predictions))
+        except BaseException:
+            # However the batch ends (a signal, Ctrl-C, an executor error), the CSVs hold every experiment on
+            # disk, an interrupted one as its error row; a failure to write them must not hide the cause.
+            try:
+                summaries.write_summaries(self.output_dir)
+            except OSError as exc:
+                logger.error("could not rebuild the CSVs in %s: %s", self.output_dir, exc)
+            raise
         summaries.write_summaries(self.output_dir)
         return rows
