@@ -39,11 +39,16 @@ SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.
                "tune": "tunebench.tune.command", "verify": "tunebench.verify.command"}
 
 
+def resolve_device(device: str, gpus: list) -> str:
+    """`--device` as run: cuda when asked, or on `auto` when nvidia-smi lists GPUs; else cpu."""
+    return "cuda" if device == "cuda" or (device == "auto" and gpus) else "cpu"
+
+
 def plan(options: argparse.Namespace):
     """Load, expand and validate; raises InputError with every problem found."""
     problems: list[InputProblem] = []
     gpus = query_gpus() if options.device in ("auto", "cuda") else []
-    device_type = "cuda" if options.device == "cuda" or (options.device == "auto" and gpus) else "cpu"
+    device_type = resolve_device(options.device, gpus)
     scenarios_path = options.scenarios_config_path or str(REPO_ROOT / ("scenarios.yaml" if device_type == "cuda" else CPU_SCENARIOS))
     if not options.scenarios_config_path and device_type == "cpu":
         logger.info("no GPU found: using the CPU scenario set %s", scenarios_path)

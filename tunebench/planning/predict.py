@@ -166,6 +166,14 @@ def fit_columns(peak: int, capacity: int | None) -> dict[str, Any]:
     return {"pred_capacity_bytes": capacity, "pred_fits": peak <= usable, "pred_fit_margin_bytes": usable - peak}
 
 
+def usable_bytes(prediction: dict[str, Any]) -> int | None:
+    """The capacity a prediction was judged against (fit_columns: capacity less the context reserve)."""
+    peak, margin = prediction.get("pred_mem_peak"), prediction.get("pred_fit_margin_bytes")
+    if not isinstance(peak, (int, float)) or not isinstance(margin, (int, float)):
+        return None
+    return int(peak + margin)
+
+
 def _optimizer_kind(optim: str) -> str:
     """The AdamW implementation a TrainingArguments `optim` name selects (its transients differ)."""
     if "fused" in optim:

@@ -29,7 +29,8 @@ def _gib(value) -> float | None:
 
 def _sort_key(s: PointState, options: TuneOptions):
     measured = score(s.final(), options)
-    return (_STATE_ORDER[s.state], -(measured if measured is not None else s.expected or s.prior))
+    guess = s.expected if s.expected is not None else s.prior  # a score of 0.0 is a score
+    return (_STATE_ORDER[s.state], -(measured if measured is not None else guess))
 
 
 def ranked_table(outcome: Outcome, options: TuneOptions) -> pd.DataFrame:

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tunebench.planning.predict import usable_bytes
+
 logger = logging.getLogger(__name__)
 
 GIB = 1024**3
@@ -36,14 +38,6 @@ def measured_margin(rows: list[dict[str, Any]], floor_pct: float) -> Margin:
                       f"worst {min(errors):+.2%})")
     return Margin(needed, f"the worst measured under-prediction of the peak ({min(errors):+.2%}, of "
                   f"{len(errors)} run(s))")
-
-
-def usable_bytes(prediction: dict[str, Any]) -> int | None:
-    """The capacity the prediction was judged against (capacity less the CUDA context reserve)."""
-    peak, margin = prediction.get("pred_mem_peak"), prediction.get("pred_fit_margin_bytes")
-    if not isinstance(peak, (int, float)) or not isinstance(margin, (int, float)):
-        return None
-    return int(peak + margin)
 
 
 def verdict(prediction: dict[str, Any], margin: Margin) -> tuple[bool, str]:

@@ -78,8 +78,7 @@ class HarnessRuns:
             from tunebench.telemetry.gpus import query_gpus
 
             gpus = query_gpus() if self.options.device in ("auto", "cuda") else []
-            self.device_type = "cuda" if self.options.device == "cuda" or (self.options.device == "auto" and gpus) \
-                else "cpu"
+            self.device_type = cli.resolve_device(self.options.device, gpus)
         return self.device_type
 
     def predict(self, points: list[Point]) -> dict[Point, dict[str, Any]]:

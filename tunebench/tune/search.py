@@ -14,7 +14,7 @@ from typing import Any
 
 from tunebench.tune import prune
 from tunebench.tune.expectation import expected, prior
-from tunebench.tune.options import TuneOptions
+from tunebench.tune.options import OBJECTIVES, TuneOptions
 from tunebench.tune.space import CATEGORICAL, Point
 
 logger = logging.getLogger(__name__)
@@ -60,8 +60,6 @@ def score(row: dict[str, Any] | None, options: TuneOptions) -> float | None:
     """The row's objective as a log, higher better (None when the run measured nothing usable)."""
     if not row or row.get("status") != "ok":
         return None
-    from tunebench.tune.options import OBJECTIVES
-
     value = _number(row.get(OBJECTIVES[options.objective][0]))
     if value is None or value <= 0:
         return None
@@ -149,8 +147,12 @@ class Search:
                     s.reason if s.reason.startswith("screened ") else f"{stage}ed"
 
     # ---------------------------------------------------------------- stages
+    def _tolerance(self) -> float:
+        """--tolerance_pct as a difference of scores (logs)."""
+        return math.log1p(-self.options.tolerance_pct / 100)
+
     def _screen(self, run: Runner) -> str:
-        tolerance = math.log1p(-self.options.tolerance_pct / 100)
+        tolerance = self._tolerance()
         while True:
             if self._over_budget():
                 return "budget spent while screening"
@@ -222,8 +224,8 @@ class Search:
         if not screened or self._over_budget():
             return
         best = score(screened[0].screen, self.options)
-        leaders = [s for s in screened if score(s.screen, self.options) >= best + math.log1p(
-            -self.options.tolerance_pct / 100)][: self.options.confirm]
+        leaders = [s for s in screened if score(s.screen, self.options) >= best + self._tolerance()
+                   ][: self.options.confirm]
         self._record(CONFIRM, leaders, run(CONFIRM, [s.point for s in leaders]))
 
     def _verdict(self, stop_reason: str) -> Outcome:
