@@ -45,6 +45,32 @@ def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
     return ptr, nbytes
 
 
+def quantization_state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Tensors a quantized weight keeps beside its packed data, which are no parameters or buffers of the model:
+    bitsandbytes' 4-bit QuantState (block scales `absmax`, code book, and with double quantization the scales'
+    own state) and 8-bit's per-row scales (`SCB`, which the first forward moves from the weight to its
+    module's `state`). The weight is as large as its packed data plus these."""
+    found: list[torch.Tensor] = []
+    for module in model.modules():
+        for p in module._parameters.values():
+            state = getattr(p, "quant_state", None)
+            while state is not None:
+                found.extend(t for t in (getattr(state, n, None) for n in ("absmax", "code", "offset"))
+                             if isinstance(t, torch.Tensor))
+                state = getattr(state, "state2", None) if getattr(state, "nested", False) else None
+            found.append(getattr(p, "SCB", None))
+        found.append(getattr(getattr(module, "state", None), "SCB", None))
+    return [t for t in found if isinstance(t, torch.Tensor)]
+
+
+def parameter_bytes(model: torch.nn.Module, device: torch.device) -> tuple[int, int, set[int]]:
+    """(parameter bytes, the part that is quantization state, their storages' pointers): a quantized weight is
+    its packed data plus its quantization state, both the parameter's memory."""
+    params, pointers = unique_storage_bytes(model.parameters(), device)
+    state, state_pointers = unique_storage_bytes(quantization_state_tensors(model), device)
+    return params + state, state, pointers | state_pointers
+
+
 def unique_storage_bytes(tensors: Iterable[torch.Tensor], device: torch.device) -> tuple[int, set[int]]:
     """Sum of unique storage sizes of `tensors` living on `device`, and the set of their data pointers.
 

@@ -15,6 +15,7 @@ from .memory import (
     LiveStorages,
     allocation_bytes,
     optimizer_state_tensors,
+    parameter_bytes,
     storage_key,
     unique_storage_bytes,
 )
@@ -65,7 +66,7 @@ class MemoryProbe(PhaseProbe):
         self._recompute_layer: int | None = None
         self._child_layer: dict[int, int] = {}
         self._grads: dict[int, int] = {}
-        self.params_bytes, param_ptrs = unique_storage_bytes(model.parameters(), self.device)
+        self.params_bytes, self.quant_state_bytes, param_ptrs = parameter_bytes(model, self.device)
         buffers = [b for b in model.buffers() if b.device == self.device]
         buffer_ptrs = {k[0] for k in map(storage_key, buffers) if k is not None} - param_ptrs
         self.buffers_bytes = sum(

@@ -15,6 +15,7 @@ from .collectives import flat_collectives
 TIME_FIELDS = ("time_step", "time_forward", "time_backward", "time_clip", "time_optimizer", "time_other")
 MEM_FIELDS = (
     "mem_params",
+    "mem_quant_state",
     "mem_buffers",
     "mem_grads",
     "mem_optimizer",
@@ -76,6 +77,7 @@ class StepReport(TimeStepReport):
     mem_optimizer: int
     mem_activations: int
     mem_activations_max: int
+    mem_quant_state: int = 0  # the part of mem_params that is quantization state (block scales, code books)
     mem_temporaries: int | None = None
     mem_other: int | None = None
     mem_peak_allocated: int | None = None
@@ -122,6 +124,7 @@ def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> Ste
         **phase_times(rec, probe.clock),
         mem_params=probe.params_bytes,
         mem_buffers=probe.buffers_bytes,
+        mem_quant_state=probe.quant_state_bytes,
         # On CUDA: the categories at the allocator's peak instant. On CPU there is no peak to locate, so
         # activations are their maximum over the step and grads/optimizer their full size.
         mem_grads=rec.peak_grads if on_cuda else max((b["grads"] for b in rec.boundaries), default=0),

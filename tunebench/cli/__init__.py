@@ -63,6 +63,7 @@ def plan(options: argparse.Namespace):
         effective_batch_size=numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
         max_seq_len=numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
         packing=booleans(options.packing_matrix, problems),
+        attn_implementation=split(options.attn_implementation_matrix) if options.attn_implementation_matrix else None,
     )
     try:
         memory_logging = parse_memory_logging(options.memory_logging)

@@ -28,7 +28,8 @@ OPTION_RANGES: dict[str, Range] = {
 }
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
-                "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list"}
+                "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list",
+                "--attn_implementation_matrix": "text list"}
 MATRIX_RANGE = Range(1)  # what `numbers` accepts
 _SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         "derives the per-device batch; else grad accumulation is 1. Indivisible → exit 2")
     opt("--max_seq_len_matrix", nargs="+", metavar="L", help="sequence lengths")
     opt("--packing_matrix", nargs="+", metavar="BOOL", help="packing on/off, e.g. true false")
+    opt("--attn_implementation_matrix", nargs="+", metavar="IMPL",
+        help="attention implementations, e.g. sdpa eager flex_attention (flash_attention_2/_3 need flash-attn); "
+             "each row records the kernel SDPA actually ran (`scan_attention_backend`)")
     opt("--run_only_scenarios", nargs="+", metavar="NAME", help="run only these scenarios (default: all but "
         "`slow: true` ones)")
     opt("--include_slow", action="store_true", help="also run `slow: true` scenarios")

@@ -13,6 +13,7 @@ from typing import Any
 from tunebench.execution.failures import classify
 from tunebench.execution.launchers import Rendezvous, choose, command_script
 from tunebench.execution.processes import run_process, stop_reason
+from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
@@ -72,7 +73,7 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
-    return None
+    return acceleration.skip_reason(experiment.entry, experiment.model_name_or_path)
 
 
 def time_limit(experiment: ExperimentSpec, options: RunOptions) -> float | None:
@@ -164,7 +165,8 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
     row["experiment_start_unix"] = outcome.started_unix
     row["experiment_end_unix"] = outcome.started_unix + outcome.wall_seconds
-    row["startup_preloaded"] = launcher.name == "forkserver"
+    # a forked entry that had to start a new interpreter (the server held CUDA) says so in its own row
+    row["startup_preloaded"] = launcher.name == "forkserver" and row.get("startup_preloaded") is not False
     if row.get("process_start_unix"):
         # launcher (accelerate/torchrun) start-up before the training entry's own process began
         row["startup_launcher_seconds"] = max(0.0, row["process_start_unix"] - outcome.started_unix)

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 # The guard comes first: the server must die with the harness even while it is still importing the rest.
 PRELOAD_MODULES = ["tunebench.execution.forkserver_guard", "tunebench.experiment.preloaded"]
 _context = None
+NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start a new interpreter after all
 
 
 def _server():
@@ -85,10 +86,17 @@ def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str,
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt, as in python
+    import torch
+
+    if torch.cuda._is_in_bad_fork():
+        # The server initialised CUDA after all (an import that reads the GPUs): a fork cannot use it. This
+        # process becomes a new interpreter instead, with the same pid, group, files and environment.
+        print("tunebench: the preload server initialised CUDA, so this fork cannot use it: starting the training "
+              "entry in a new interpreter instead", file=sys.stderr, flush=True)
+        os.environ[NOT_PRELOADED_ENV] = "1"  # the row then says startup_preloaded false
+        os.execv(sys.executable, [sys.executable, "-m", "tunebench.experiment.train", *argv])
     threads = env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit():  # the server's thread pool was sized for the whole machine
-        import torch
-
         torch.set_num_threads(int(threads))
     from tunebench.experiment.train import main
 

@@ -31,6 +31,21 @@ class ModelArguments:
         default="auto",
         metadata={"help": "where presets are randomly initialised: `auto` = this rank's GPU when training on CUDA "
                   "(unless FSDP offloads to the host), else the host; `cpu` forces the host"})
+    # A quantized base (bitsandbytes), named as transformers' BitsAndBytesConfig names it: users pass the same
+    # keys to from_pretrained. Presets and config-only folders are quantized through that same loader
+    # (tunebench.experiment.quantization writes their random weights as a checkpoint first).
+    load_in_4bit: bool = field(
+        default=False, metadata={"help": "quantize the base to 4 bits with bitsandbytes (QLoRA); needs "
+                                 "`peft_method: lora` and `tunebench[quant]`"})
+    load_in_8bit: bool = field(
+        default=False, metadata={"help": "quantize the base to 8 bits with bitsandbytes (LLM.int8); needs "
+                                 "`peft_method: lora` and `tunebench[quant]`"})
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] = field(
+        default="nf4", metadata={"help": "4-bit data type: `nf4` (normal float, QLoRA's) or `fp4`"})
+    bnb_4bit_use_double_quant: bool = field(
+        default=False, metadata={"help": "quantize the 4-bit blocks' scales too (QLoRA's double quantization)"})
+    bnb_4bit_compute_dtype: Literal["bfloat16", "float16", "float32"] = field(
+        default="bfloat16", metadata={"help": "dtype the 4-bit weights are dequantized to for each matmul"})
 
 
 @dataclass

@@ -15,9 +15,20 @@ def steady_policy(bench_args) -> SteadyPolicy:
                         max_cv=bench_args.steady_max_cv, target_ci_pct=bench_args.steady_target_ci_pct)
 
 
-def step_windows(bench_args, max_steps: int) -> StepWindows:
+def scanner_off_for_compile(bench_args, compiled: bool) -> bool:
+    """A compiled model (torch_compile) is not scanned unless asked for by step (`scan_steps` other than `auto`):
+    dynamo traces the scanner's module hooks, so installing them recompiles the model, and the compiled graph
+    does not record their CUDA events (H100: "Both events must be recorded" at the scanned step of a compiled
+    1B; CPU: 3 recompilations when the phase hooks arrived in step 6). The row keeps the allocator's whole-run
+    peaks, the step times and the compile columns."""
+    return compiled and bench_args.scan_steps == "auto"
+
+
+def step_windows(bench_args, max_steps: int, compiled: bool = False) -> StepWindows:
     """The run's warm-up, memory-scanned, timed and excluded steps (raises ValueError when impossible)."""
     scanning = "scanner" in parse_memory_logging(bench_args.memory_logging)
+    if scanner_off_for_compile(bench_args, compiled):
+        return plan_windows(bench_args.steady_warmup_steps, max_steps, bench_args.scan_steps, "off", False)
     return plan_windows(bench_args.steady_warmup_steps, max_steps, bench_args.scan_steps,
                         bench_args.scan_time_steps, scanning)
 

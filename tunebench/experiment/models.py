@@ -169,24 +169,39 @@ def build_tokenizer(model_name_or_path: str):
 
 
 def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None,
-               init_device: str = "cpu"):
+               init_device: str = "cpu", quantization=None, seed: int = 0):
     """Instantiate the causal-LM: random init for presets and for local folders without weights (on
-    `init_device`), the checkpoint's weights otherwise."""
+    `init_device`), the checkpoint's weights otherwise; a quantized base through transformers' bitsandbytes
+    loader (tunebench.experiment.quantization), placed on `init_device`."""
     import torch
     from transformers import AutoModelForCausalLM
 
     dtype = torch_dtype if torch_dtype == "auto" else getattr(torch, torch_dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     source = resolve_model_source(model_name_or_path)
-    if source.kind == "preset" or (source.kind == "local" and not has_weights(model_name_or_path)):
-        config = load_config(model_name_or_path)
-        if dtype == "auto":
-            dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), torch.float32)
+    random_init = source.kind == "preset" or (source.kind == "local" and not has_weights(model_name_or_path))
+    config = load_config(model_name_or_path) if random_init else None
+    if random_init and dtype == "auto":
+        dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), torch.float32)
+
+    def build():
         # Initialise directly in the target dtype (no fp32 copy first): an 8B preset would otherwise need
         # 32 GB of host memory before the cast. On a GPU the random init takes seconds instead of minutes of
         # host time per rank (which timed out 8B runs on 4 GPUs).
         with torch.device(init_device):
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+
+    if quantization is not None and quantization.enabled:
+        from tunebench.experiment.quantization import bnb_config, random_checkpoint, restore_rng_state
+
+        path = random_checkpoint(config, dtype, seed, init_device, build) if random_init else model_name_or_path
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=bnb_config(quantization),
+                                                     device_map={"": init_device}, **kwargs)
+        restore_rng_state(path, init_device)
+        logger.info("loaded %s quantized (%s)", model_name_or_path, quantization.label())
+        return model
+    if random_init:
+        model = build()
         logger.info("built %s with random weights (%s)", model_name_or_path, dtype)
         return model
     return AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype, **kwargs)

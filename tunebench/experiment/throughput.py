@@ -61,11 +61,13 @@ def steady_columns(step_times: list[StepTime], token_steps: list[dict[str, int]]
     return row
 
 
-def steps_record(step_times: list[StepTime], token_steps: list[dict[str, int]], steady: set[int]) -> list[dict]:
-    """steps.json: one entry per optimizer step (time, wall-clock end, tokens, whether it is steady)."""
+def steps_record(step_times: list[StepTime], token_steps: list[dict[str, int]], steady: set[int],
+                 losses: dict[int, float] | None = None) -> list[dict]:
+    """steps.json: one entry per optimizer step (time, wall-clock end, tokens, whether it is steady, its loss)."""
     out = []
+    losses = losses or {}
     for i, timing in enumerate(step_times):
         tokens = token_steps[i] if i < len(token_steps) else {}
         out.append({"step": timing.step, "seconds": timing.seconds, "end_unix": timing.end_unix,
-                    "steady": timing.step in steady, **tokens})
+                    "steady": timing.step in steady, "loss": losses.get(timing.step), **tokens})
     return out

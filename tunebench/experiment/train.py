@@ -43,11 +43,13 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
 
     from tunebench.experiment import components
     from tunebench.experiment.arguments import parse_memory_logging
+    from tunebench.experiment.compile_watch import CompileWatch
     from tunebench.experiment.data import prepare_dataset
     from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
     from tunebench.experiment.flops import mfu, training_flops
     from tunebench.experiment.kernel_checks import padding_free_problem
     from tunebench.experiment.models import build_tokenizer, load_model
+    from tunebench.experiment.quantization import quantization_of
     from tunebench.experiment.step_timer import StepTimer
     from tunebench.experiment.throughput import steady_columns, steps_record
     from tunebench.experiment.tokens import TokenCounter, totals
@@ -59,8 +61,10 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     quiet_renamed_checkpointing_warning()
     model_args, data_args, peft_args, bench_args, sft_config = entry
     memory_logging = parse_memory_logging(bench_args.memory_logging)
+    if components.scanner_off_for_compile(bench_args, bool(sft_config.torch_compile)):
+        memory_logging.discard("scanner")
     policy = components.steady_policy(bench_args)
-    windows = components.step_windows(bench_args, sft_config.max_steps)
+    windows = components.step_windows(bench_args, sft_config.max_steps, compiled=bool(sft_config.torch_compile))
     sft_config.max_length = data_args.max_seq_len
     sft_config.skip_memory_metrics = True  # unless a tracker asks for HF's memory metrics
     state = PartialState()
@@ -76,8 +80,10 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     # The Trainer seeds only after the model exists: a random-init model (a preset, a config-only folder) would
     # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
     set_seed(sft_config.seed)
+    quantization = quantization_of(model_args)
     model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
-                       init_device=components.preset_init_device(model_args, sft_config, state))
+                       init_device=components.preset_init_device(model_args, sft_config, state),
+                       quantization=quantization, seed=sft_config.seed)
     startup.mark("model")
     counter = TokenCounter()
     callbacks = [callback for tracker in trackers for callback in tracker.callbacks()]
@@ -88,6 +94,9 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
                       earliest_stop=windows.earliest_stop, token_counter=counter)
     timer.excluded.update(windows.excluded)
     callbacks.append(timer)
+    compile_watch = CompileWatch().install() if sft_config.torch_compile else None
+    if compile_watch is not None:
+        callbacks.append(compile_watch)
     trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
                               peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
                               sft_loss=bench_args.sft_loss)
@@ -95,6 +104,9 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     counter.attach(trainer.model)
     train_metrics = trainer.train().metrics
     counter.detach()
+    if compile_watch is not None:  # a step that compiled is no steady step
+        compile_watch.remove()
+        timer.excluded.update(compile_watch.compiled_steps)
     startup.mark("train_begin", timer.train_begin_unix)
     step_times = timer.finish()
     token_steps = counter.per_step()
@@ -135,6 +147,8 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
         row["mem_peak_torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
     row["distributed_type"] = str(trainer.accelerator.distributed_type).split(".")[-1]
+    losses = trainer.step_losses()
+    row.update(acceleration_columns(quantization, compile_watch, policy.warmup_steps, losses, row))
     if "huggingface" not in memory_logging:  # the columns exist in every row, empty when not measured
         row.update(hf_memory_columns({}))
     for tracker in trackers:
@@ -144,8 +158,23 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     if unlike:
         row["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), unlike) if w)
     steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
-    records = steps_record(step_times, token_steps, steady)
+    records = steps_record(step_times, token_steps, steady, losses)
     return (row, records) if state.is_main_process else ({}, [])
+
+
+def acceleration_columns(quantization, compile_watch, warmup_steps: int, losses: dict[int, float],
+                         row: dict[str, Any]) -> dict[str, Any]:
+    """The row's quantization label, torch.compile's columns (their warning joined to the row's) and the last
+    step's loss (the loss-parity columns compare whole trajectories, from steps.json, across rows)."""
+    out: dict[str, Any] = {"quantization": quantization.label(),
+                           "train_loss_last_step": losses[max(losses)] if losses else None}
+    if compile_watch is not None:
+        columns = compile_watch.columns(warmup_steps)
+        late = columns.pop("measurement_warning", None)
+        out.update(columns)
+        if late:
+            out["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), late) if w)
+    return out
 
 
 def _error_class(exc: BaseException) -> str:
@@ -186,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if row and results_json:
         row["entry_wall_seconds"] = time.time() - started
+        if os.environ.get("TUNEBENCH_NOT_PRELOADED"):  # tunebench.execution.preload's fallback
+            row["startup_preloaded"] = False
         write_json_atomic(Path(results_json).with_name(STEPS_FILE), steps)
         write_json_atomic(results_json, row)
     _destroy_process_group()

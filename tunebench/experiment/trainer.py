@@ -12,6 +12,7 @@ TRL's path and its `entropy` / `mean_token_accuracy` logs.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from transformers import Trainer
 from trl import SFTTrainer
@@ -26,7 +27,28 @@ class BenchSFTTrainer(SFTTrainer):
         if sft_loss not in SFT_LOSS_CHOICES:
             raise ValueError(f"sft_loss: {sft_loss!r} is not one of {SFT_LOSS_CHOICES}")
         self.sft_loss = sft_loss
+        # (optimizer step, micro-batch loss as Trainer.training_step returns it), kept on the device: reading
+        # each back would sync the host every micro-batch. Read once after training (step_losses()).
+        self._micro_losses: list[tuple[int, Any]] = []
         super().__init__(*args, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._micro_losses.append((self.state.global_step + 1, loss.detach()))
+        return loss
+
+    def step_losses(self) -> dict[int, float]:
+        """{optimizer step: its loss}, the sum of its micro-batches' returned losses: what the Trainer adds up
+        for its logged `loss` (each already scaled by gradient accumulation). One device→host read."""
+        import torch
+
+        if not self._micro_losses:
+            return {}
+        values = torch.stack([loss.float().reshape(()) for _, loss in self._micro_losses]).tolist()
+        per_step: dict[int, float] = {}
+        for (step, _), value in zip(self._micro_losses, values, strict=True):
+            per_step[step] = per_step.get(step, 0.0) + value
+        return per_step
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.sft_loss == "trl":

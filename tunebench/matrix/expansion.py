@@ -25,6 +25,7 @@ class Matrices:
     effective_batch_size: list[int] | None = None
     max_seq_len: list[int] | None = None
     packing: list[bool] | None = None
+    attn_implementation: list[str] | None = None
 
 
 def split_batch(
@@ -110,9 +111,12 @@ def expand(
             combos = itertools.product(
                 models, matrices.num_gpus, matrices.effective_batch_size or [None],
                 matrices.max_seq_len or [None], matrices.packing if matrices.packing is not None else [None],
+                matrices.attn_implementation or [None],
             )
-            for model, num_gpus, ebs, seq_len, packing in combos:
+            for model, num_gpus, ebs, seq_len, packing, attention in combos:
                 cli_layer: dict[str, Any] = {"model_name_or_path": model}
+                if attention is not None:
+                    cli_layer["attn_implementation"] = attention
                 if seq_len is not None:
                     cli_layer["max_seq_len"] = seq_len
                 if packing is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunebench.errors import InputProblem
+from tunebench.experiment import acceleration
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
 from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
@@ -102,6 +103,9 @@ def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
         source, where = sources.origin(spec, "training_data_path")
         problems.append(InputProblem(source, where, data_problem,
                                      "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
+    for found in acceleration.problems(spec.entry, spec.device_type):
+        source, where = sources.origin(spec, found.key)
+        problems.append(InputProblem(source, where, found.message, found.fix))
     try:
         scanning = "scanner" in parse_memory_logging(spec.value("bench", "memory_logging"))
     except ValueError as exc:

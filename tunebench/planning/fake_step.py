@@ -15,6 +15,13 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
+from tunebench.planning.quantized import (
+    fake_kernels,
+    fake_parameter,
+    quant_state_bytes,
+    quantize_meta,
+)
 from tunebench.verify.peak_rules import rounded
 
 logger = logging.getLogger(__name__)
@@ -49,6 +56,7 @@ class StepShape:
     autocast_bf16: bool = False  # bf16 mixed precision over float32 weights
     attn_implementation: str | None = None
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
+    quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
 
 
 def _model(shape: StepShape):
@@ -63,6 +71,9 @@ def _model(shape: StepShape):
     kwargs = {"attn_implementation": shape.attn_implementation} if shape.attn_implementation else {}
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, shape.dtype), **kwargs)
+    quantized = shape.quantization is not None and shape.quantization.enabled
+    if quantized:
+        quantize_meta(model, shape.quantization, getattr(torch, shape.dtype))
     if shape.checkpointing:
         # context_fn: the recompute follows the CUDA rules the forward ran under (planning.cuda_semantics)
         kwargs = {"use_reentrant": False, "context_fn": recompute_context}
@@ -86,6 +97,8 @@ def _model(shape: StepShape):
                        else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM))
         with torch.device("meta"):
             model = get_peft_model(model, peft_config)
+        if quantized:
+            adapters_in_bfloat16(model)
     model.train()
     return model, config
 
@@ -104,8 +117,9 @@ def _to_fake(model) -> None:
             if param is None:
                 continue
             if id(param) not in made:
-                made[id(param)] = torch.nn.Parameter(torch.empty_like(param, device="cpu"),
-                                                     requires_grad=param.requires_grad)
+                fake = fake_parameter(module, param)  # a quantized weight, else None
+                made[id(param)] = fake if fake is not None else torch.nn.Parameter(
+                    torch.empty_like(param, device="cpu"), requires_grad=param.requires_grad)
             module._parameters[name] = made[id(param)]
         for name, buffer in list(module._buffers.items()):
             if buffer is not None:
@@ -127,7 +141,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
-    with FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
+    with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), FakeTensorMode(allow_non_fake_inputs=True), \
+            _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         kind = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(shape.optimizer, {"foreach": False})
@@ -204,6 +219,11 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         out["temporaries"] = max(0, out["peak"] - named - activations - grads)
     out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
     out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
+    # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
+    # it. The scanner counts it in params, and so does the prediction, with the part shown on its own.
+    out["quant_state"] = quant_state_bytes(model, block) if shape.quantization is not None else 0
+    out["params"] += out["quant_state"]
+    out["peak"] += out["quant_state"]
     out["attention"] = summary(chosen)
     return out
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunebench.experiment.arguments import DataArguments, ModelArguments, PeftArguments
+from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.fake_step import StepShape, predict_step
 
@@ -83,6 +84,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         autocast_bf16=bool(spec.value("training", "bf16") or spec.value("training", "fp16")),
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
+        quantization=quantization_of(model) if quantization_of(model).enabled else None,
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
 
@@ -114,6 +116,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     attention = step.pop("attention")
     activations_max = step.pop("activations_max")
     grads_full = step.pop("grads_full")
+    quant_state = step.pop("quant_state", 0)
     if not cuda:
         # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
         # gradients every gradient at its full size.
@@ -126,6 +129,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
         _shard(step, shape, sharding.world)
     row = {f"pred_mem_{name}": step[name] for name in CATEGORIES}
     row["pred_mem_other"] = other
+    row["pred_mem_quant_state"] = quant_state  # the part of pred_mem_params that is quantization state
     row["pred_mem_peak"] = sum(step[name] for name in CATEGORIES) + other
     row["pred_attention"] = attention
     row["pred_seconds"] = time.monotonic() - started

@@ -47,11 +47,12 @@ def _k(name, kind, unit, section, meaning):
     return Column(name, kind, unit, meaning, section)
 
 
-S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK = (
+S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK = (
     "Identity and configuration", "Outcome", "Steady-state throughput (the headline)",
+    "Acceleration: torch.compile and loss parity",
     "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
     "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
-SECTIONS = (S_ID, S_OUT, S_STEADY, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK)
+SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK)
 
 REGISTRY: tuple[Column, ...] = (
     # ---------------------------------------------------------------- identity
@@ -68,6 +69,9 @@ REGISTRY: tuple[Column, ...] = (
     _k("packing", IDENTITY, "-", S_ID, "packing on/off"),
     _k("peft_method", IDENTITY, "-", S_ID, "`none`, `lora`, `prompt-tuning`"),
     _k("torch_dtype", IDENTITY, "-", S_ID, "dtype the weights are created in"),
+    _k("quantization", IDENTITY, "-", S_ID,
+       "the base's quantization: `none`, `bnb-4bit-<nf4|fp4>[-dq]` (bitsandbytes 4-bit, `-dq`: double quantization), "
+       "`bnb-8bit`"),
     # ---------------------------------------------------------------- outcome
     _k("status", OUTCOME, "-", S_OUT, "`ok`, `oom`, `error`, `timeout`, `skipped`"),
     _k("error_messages", OUTCOME, "-", S_OUT, "last traceback, or why it was skipped"),
@@ -102,6 +106,29 @@ REGISTRY: tuple[Column, ...] = (
     _m("total_steps", "count", None, "count", S_STEADY, "optimizer steps run (auto mode may stop before max_steps)"),
     _m("first_step_seconds", "s", LOWER, "startup", S_STEADY, "time of optimizer step 1 (allocator growth, kernel selection)"),
     _k("attn_implementation_used", METRIC, "-", S_STEADY, "attention implementation the model ran with (`sdpa`, `eager`, …)"),
+    # ---------------------------------------------------------------- torch.compile
+    _m("compile_seconds", "s", LOWER, "startup", S_ACCEL,
+       "torch.compile: seconds spent compiling (dynamo frames and lazily compiled backward graphs), all steps"),
+    _m("compile_count", "count", None, "count", S_ACCEL, "torch.compile: compilations (forward frames + backward graphs)"),
+    _m("compile_recompiles", "count", LOWER, "count", S_ACCEL,
+       "torch.compile: compilations of a frame already compiled (a guard failed: new shapes, dtypes, …)"),
+    _m("compile_last_step", "count", None, "count", S_ACCEL, "torch.compile: the last optimizer step that compiled"),
+    _m("compile_steady_recompiles", "count", LOWER, "count", S_ACCEL,
+       "torch.compile: compilations after the warm-up (those steps are left out of the steady window, and warned)"),
+    # ---------------------------------------------------------------- loss parity
+    _m("train_loss_last_step", "-", None, "loss", S_ACCEL, "the last optimizer step's loss (sum of its micro-batch losses)"),
+    _k("loss_parity_baseline", METRIC, "-", S_ACCEL,
+       "experiment_id of the baseline the loss is compared with: same scenario, framework config `none`, same "
+       "arguments but those the framework config sets (itself for a baseline row)"),
+    _m("loss_parity_steps", "count", None, "count", S_ACCEL, "optimizer steps with a loss in both runs"),
+    _m("loss_parity_max_rel_diff", "fraction", LOWER, "loss", S_ACCEL,
+       "max over those steps of |loss − baseline loss| ÷ |baseline loss|"),
+    _m("loss_parity_final_rel_diff", "fraction", None, "loss", S_ACCEL,
+       "(loss − baseline loss) ÷ |baseline loss| at the last common step (signed)"),
+    _m("loss_parity_tolerance", "fraction", None, "loss", S_ACCEL,
+       "relative difference that counts as the same numerics for the weights' dtype (README \"Loss parity\")"),
+    _k("loss_parity_ok", METRIC, "-", S_ACCEL,
+       "loss_parity_max_rel_diff ≤ loss_parity_tolerance; false is a measurement_warning"),
     # ---------------------------------------------------------------- whole run
     _m("train_loss", "-", TWO_SIDED, "loss", S_RUN, "Trainer's mean training loss"),
     _m("train_runtime", "s", LOWER, "whole_run", S_RUN, "Trainer's training time (all steps, warm-up included)"),
@@ -177,6 +204,9 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_tokens_per_second", "tokens/s", HIGHER, "phase", S_SCAN, "scan_tokens ÷ scan_time_step, summed over ranks"),
     _m("scan_nonpad_tokens_per_second", "tokens/s", HIGHER, "phase", S_SCAN, "the same without padding"),
     _m("scan_mem_params", "bytes", LOWER, "memory", S_SCAN, "parameter storages (this rank's shard)"),
+    _m("scan_mem_quant_state", "bytes", LOWER, "memory", S_SCAN,
+       "the part of scan_mem_params that is quantization state: bitsandbytes' block scales, code books, nested "
+       "scales (4-bit) or row scales (8-bit)"),
     _m("scan_mem_buffers", "bytes", LOWER, "memory", S_SCAN, "buffer storages"),
     _m("scan_mem_grads", "bytes", LOWER, "memory", S_SCAN, "gradients at the peak (CPU: their full size)"),
     _m("scan_mem_optimizer", "bytes", LOWER, "memory", S_SCAN, "every tensor in optimizer.state"),

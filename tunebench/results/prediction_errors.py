@@ -26,8 +26,8 @@ def error_columns(row: dict[str, Any]) -> dict[str, float | None | str]:
         predicted, actual = row.get(f"pred_mem_{name}"), row.get(measured)
         ok = isinstance(predicted, (int, float)) and isinstance(actual, (int, float)) and actual
         out[f"pred_error_{name}"] = predicted / actual - 1 if ok and not (unlike and name in TOKEN_BOUND) else None
-    if unlike:
-        out["pred_note"] = unlike
+    if unlike:  # beside what the prediction itself noted
+        out["pred_note"] = "; ".join(n for n in (row.get("pred_note"), unlike) if isinstance(n, str) and n)
     return out
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.results import columns
 from tunebench.results.folder import BENCHMARKS, RAW_SUMMARY, experiment_folders
+from tunebench.results.loss_parity import parity_columns
 from tunebench.results.repeats import repeat_columns
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ KEY_METRICS = [
     "scan_attention_backend", "measurement_warning", "scan_mem_peak_allocated", "scan_mem_activations",
     "mem_nvidia_mem_reserved", "steady_energy_joules_per_nonpad_token", "startup_seconds", "train_loss",
     "train_runtime", "train_nonpad_tokens_per_second", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "repeats",
+    "quantization", "loss_parity_max_rel_diff", "loss_parity_final_rel_diff", "compile_seconds",
     "steady_nonpad_tokens_per_second_olympic", "steady_nonpad_tokens_per_second_spread_pct", "error_messages",
 ]
 # Never "varying configuration" even though they are arguments: where the harness put the run's files.
@@ -151,7 +153,7 @@ def write_summaries(output_dir: Path, order: list[str] | None = None, incomplete
     """Rebuild raw_summary.csv and benchmarks.csv from every experiment folder in `output_dir`, atomically
     (see `rows_on_disk`). With no experiment on disk, no CSV is written and an empty frame is returned."""
     rows = rows_on_disk(output_dir, order, incomplete)
-    frame = repeat_columns(collect(rows))
+    frame = parity_columns(output_dir, repeat_columns(collect(rows)))
     if rows:
         write_atomic(output_dir / RAW_SUMMARY, frame.to_csv(index=False))
         write_atomic(output_dir / BENCHMARKS, benchmarks_view(frame).to_csv(index=False))

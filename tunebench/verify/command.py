@@ -12,6 +12,7 @@ timed) step is from that median. Exit 0 when every category is within --toleranc
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import math
@@ -19,7 +20,15 @@ import statistics
 import sys
 from pathlib import Path
 
+from tunebench.experiment.quantization import Quantization
+
 logger = logging.getLogger(__name__)
+
+# The quantized bases verify can build, named as the framework configs that set them.
+QUANTIZED_BASES = {
+    "none": Quantization(), "qlora": Quantization("bnb-4bit", "nf4", True, "bfloat16"),
+    "qlora-fp4": Quantization("bnb-4bit", "fp4", False, "bfloat16"), "lora-int8": Quantization("bnb-8bit"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)")
     p.add_argument("--peft", choices=["none", "lora"], default="none")
     p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--quantization", choices=sorted(QUANTIZED_BASES), default="none",
+                   help="a bitsandbytes-quantized base (with --peft lora), as the framework configs of that name")
     p.add_argument("--batch", type=int, default=None, help="micro-batch (default 8 on GPU, 2 on CPU)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default 1024 on GPU, 64 on CPU)")
     p.add_argument("--grad_accum", type=int, default=1)
@@ -69,12 +80,33 @@ def _model(args):
 
     from tunebench.experiment.models import load_model
 
+    quantization = QUANTIZED_BASES[args.quantization]
     model = load_model(args.model, "bfloat16" if args.cuda else "float32",
-                       init_device="cuda:0" if args.cuda else "cpu")
+                       init_device="cuda:0" if args.cuda else "cpu", quantization=quantization)
     if args.peft == "lora":
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, task_type=TaskType.CAUSAL_LM,
                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    if quantization.enabled:
+        from tunebench.experiment.quantization import adapters_in_bfloat16
+
+        adapters_in_bfloat16(model)  # as TRL's SFTTrainer keeps them on a quantized base
     return model
+
+
+def _quant_state_reference(model, cuda: bool) -> int:
+    """The quantization state's bytes, from the allocator on CUDA: what is allocated once the model is built
+    (nothing else is yet) less every parameter and buffer storage; an independent check of the scanner's
+    enumeration (scanner.memory.quantization_state_tensors). On CPU, that enumeration itself."""
+    import torch
+
+    from scanner.memory import quantization_state_tensors, unique_storage_bytes
+
+    if not cuda:
+        return unique_storage_bytes(quantization_state_tensors(model), torch.device("cpu"))[0]
+    device = torch.device("cuda:0")
+    torch.cuda.synchronize()
+    named, _ = unique_storage_bytes([*model.parameters(), *model.buffers()], device)
+    return torch.cuda.memory_allocated(device) - named
 
 
 def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
@@ -87,8 +119,18 @@ def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
 
     scanner = Scanner(steps=args.scan_step, time_steps="off", output=None, log_to_trainer=False)
     tracker = MemTrackerStep(args.scan_step, split_by_holder=args.cuda)
-    _trainer(_model(args), args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
-    categories = compare(scanner.flat_metrics(), tracker.peak or {}, args.cuda, tracker.split)
+    model = _model(args)
+    quant_state = _quant_state_reference(model, args.cuda) if args.quantization != "none" else 0
+    _trainer(model, args, [scanner, tracker], **{**shape, "steps": args.scan_step}).train()
+    # MemTracker sees only tensors it registers or sees made: a quantized weight's state was made before it.
+    peak = dict(tracker.peak or {})
+    peak["Parameter"] = peak.get("Parameter", 0) + quant_state
+    peak["Total"] = peak.get("Total", 0) + quant_state
+    categories = compare(scanner.flat_metrics(), peak, args.cuda, tracker.split)
+    if quant_state:
+        measured = scanner.flat_metrics().get("scan_mem_quant_state")
+        categories.append({"category": "quant_state", "scanner_bytes": measured, "memtracker_bytes": quant_state,
+                           "difference": (measured - quant_state) / quant_state if measured is not None else None})
     max_allocated = torch.cuda.max_memory_allocated() if args.cuda else None
     return categories, max_allocated, (tracker.peak or {}).get("Total")
 
@@ -120,6 +162,7 @@ def verify(args) -> dict:
     flat = timed.flat_metrics()
     return {
         "model": args.model, "peft": args.peft, "gradient_checkpointing": args.gradient_checkpointing,
+        "quantization": args.quantization,
         "device": torch.cuda.get_device_name(0) if args.cuda else "cpu", "torch": torch.__version__, **shape,
         "scan_step": args.scan_step, "categories": categories, "max_memory_allocated": max_allocated,
         "memtracker_total": memtracker_total,
@@ -147,6 +190,10 @@ def input_problem(args) -> str | None:
         resolve_model_source(args.model)
     except ValueError as exc:
         return f"--model: {exc} (fix: a preset such as preset:llama-tiny, or a local folder with config.json)"
+    if args.quantization != "none" and args.peft != "lora":
+        return f"--quantization {args.quantization}: a quantized base trains LoRA adapters only (fix: add --peft lora)"
+    if args.quantization != "none" and importlib.util.find_spec("bitsandbytes") is None:
+        return f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install 'tunebench[quant]')"
     if not args.model.startswith("preset:") and not Path(args.model).is_dir():
         return f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
     return None

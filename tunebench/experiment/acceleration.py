@@ -1,0 +1,86 @@
+"""What an acceleration setting needs, checked before anything runs: installed kernels, a device with a kernel
+for it, supported models. Input problems are exit 2 (one line, with the fix); an experiment the setting cannot
+apply to (a model Liger has no kernels for, a quantized base without adapters) is `skipped` with the reason,
+so a matrix that crosses settings and models still runs the rest."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+
+from tunebench.experiment.quantization import quantization_of, setting_problem
+from tunebench.experiment.quantization import skip_reason as quantized_skip_reason
+
+logger = logging.getLogger(__name__)
+
+LIGER_FIX = "pip install 'tunebench[liger]' (liger-kernel)"
+# TrainingArguments.torch_compile_mode is free text; these are the modes torch.compile takes (None: default).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Attention implementations transformers knows without a hub kernel; flash-attn's need the package.
+ATTENTION_NEEDS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    message: str
+    fix: str
+
+
+def problems(entry: dict[str, dict], device_type: str) -> list[Problem]:
+    """Exit-2 problems of one experiment's typed values (entry: {group: {key: value}}) on `device_type`."""
+    model, training = entry.get("model", {}), entry.get("training", {})
+    found: list[Problem] = []
+    quant = setting_problem(model)
+    if quant:
+        found.append(Problem(*quant))
+    if training.get("use_liger_kernel"):
+        if importlib.util.find_spec("liger_kernel") is None:
+            found.append(Problem("use_liger_kernel", "Liger kernels need liger-kernel, which is not installed",
+                                 LIGER_FIX))
+        elif device_type == "cpu":
+            found.append(Problem("use_liger_kernel", "Liger's kernels are Triton GPU kernels: there is none for "
+                                 "the CPU", "run liger-kernels on a GPU (or drop it from a CPU scenario set)"))
+    mode = training.get("torch_compile_mode")
+    if mode is not None and mode not in COMPILE_MODES:
+        found.append(Problem("torch_compile_mode", f"unknown torch.compile mode {mode!r}",
+                             "use one of " + ", ".join(COMPILE_MODES)))
+    attention = model.get("attn_implementation")
+    needs = ATTENTION_NEEDS.get(attention or "")
+    if needs and importlib.util.find_spec(needs) is None:
+        found.append(Problem("attn_implementation", f"{attention} needs the {needs} package, which is not "
+                             "installed", "install flash-attn, or use sdpa, eager or flex_attention"))
+    return found
+
+
+def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
+    """Why a setting does not apply to this experiment (the row is `skipped` with it), or None."""
+    from tunebench.experiment.arguments import ModelArguments
+
+    model_values = {k: v for k, v in entry.get("model", {}).items() if k in ModelArguments.__dataclass_fields__}
+    reason = quantized_skip_reason(quantization_of(ModelArguments(**model_values)),
+                                   entry.get("peft", {}).get("peft_method", "none"))
+    if reason:
+        return reason
+    if entry.get("training", {}).get("use_liger_kernel"):
+        return liger_unsupported(model_name_or_path)
+    return None
+
+
+def liger_unsupported(model_name_or_path: str) -> str | None:
+    """Liger applies kernels by model type; for another type transformers only logs a warning and trains the
+    plain model, which would be a baseline row labelled liger. None when supported or not knowable offline."""
+    try:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError:
+        return None  # problems() reports the missing package
+    from tunebench.experiment.models import load_config, resolve_model_source
+
+    if resolve_model_source(model_name_or_path).kind == "hub":
+        return None  # its config needs the network; the run's log says it if Liger skips it
+    model_type = getattr(load_config(model_name_or_path), "model_type", None)
+    if model_type in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        return None
+    return (f"Liger has no kernels for model type {model_type!r} (liger-kernel supports: "
+            + ", ".join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)) + ")")

@@ -1,0 +1,170 @@
+"""Quantized bases (bitsandbytes 4-bit and 8-bit): the typed setting, its checks, and the loader path.
+
+A user's checkpoint is quantized by transformers' `from_pretrained(..., quantization_config=BitsAndBytesConfig)`.
+A preset or a config-only folder has no checkpoint, so its random weights are first written as one (once per
+architecture, dtype, seed and init device, in `$TUNEBENCH_CACHE/models`) and then loaded through exactly that
+path: the packed weights, their quantization state and the modules are what a real checkpoint would give.
+The random weights are the ones the unquantized baseline trains (same seed, same init device), so the loss
+parity of a quantized row against its baseline measures the quantization and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+QUANT_FIX = "pip install 'tunebench[quant]' (bitsandbytes)"
+# The RNG state right after the random init: restored after loading, so what draws next (LoRA's init) draws
+# exactly what it draws after the unquantized baseline's init, whether the checkpoint was written now or reused.
+RNG_FILE = "tunebench_rng_state.pt"
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What quantizes the base: `none`, `bnb-4bit` or `bnb-8bit`, and the 4-bit settings."""
+
+    method: str = "none"
+    quant_type: str = "nf4"
+    double_quant: bool = False
+    compute_dtype: str = "bfloat16"
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    def label(self) -> str:
+        """The row's `quantization` column: e.g. `bnb-4bit-nf4-dq`, `bnb-8bit`, `none`."""
+        if self.method != "bnb-4bit":
+            return self.method
+        return f"bnb-4bit-{self.quant_type}" + ("-dq" if self.double_quant else "")
+
+
+def quantization_of(model_args) -> Quantization:
+    """The typed setting from ModelArguments (load_in_4bit / load_in_8bit and the bnb_4bit_* keys)."""
+    if getattr(model_args, "load_in_4bit", False):
+        return Quantization("bnb-4bit", model_args.bnb_4bit_quant_type, bool(model_args.bnb_4bit_use_double_quant),
+                            model_args.bnb_4bit_compute_dtype)
+    if getattr(model_args, "load_in_8bit", False):
+        return Quantization("bnb-8bit")
+    return Quantization()
+
+
+def setting_problem(values: dict) -> tuple[str, str, str] | None:
+    """(key, message, fix) when the typed model values ask for something that cannot be: both bit widths at
+    once, or a quantized base without bitsandbytes installed here."""
+    four, eight = bool(values.get("load_in_4bit")), bool(values.get("load_in_8bit"))
+    if four and eight:
+        return ("load_in_8bit", "load_in_4bit and load_in_8bit are both true", "choose one bit width")
+    if (four or eight) and importlib.util.find_spec("bitsandbytes") is None:
+        return ("load_in_4bit" if four else "load_in_8bit", "a quantized base needs bitsandbytes, which is not "
+                "installed", QUANT_FIX)
+    return None
+
+
+def skip_reason(quantization: Quantization, peft_method: str) -> str | None:
+    """Why an experiment with a quantized base cannot run as asked: only adapters train on packed weights."""
+    if quantization.enabled and peft_method != "lora":
+        return (f"a {quantization.label()} base has frozen packed weights: only LoRA adapters train on it "
+                f"(peft_method is {peft_method!r}; pair this framework config with a LoRA scenario)")
+    return None
+
+
+def bnb_config(quantization: Quantization):
+    """transformers' BitsAndBytesConfig for the setting (None when not quantized)."""
+    if not quantization.enabled:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if quantization.method == "bnb-8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quantization.quant_type,
+                              bnb_4bit_use_double_quant=quantization.double_quant,
+                              bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype))
+
+
+def adapters_in_bfloat16(model) -> None:
+    """TRL's SFTTrainer keeps a quantized base's LoRA adapters in bf16 (QLoRA's recipe), where PEFT made them
+    float32: the same cast (the fake step applies it to its meta model)."""
+    import torch
+
+    for param in model.parameters():
+        if param.requires_grad:
+            param.data = param.data.to(torch.bfloat16)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TUNEBENCH_CACHE", Path.home() / ".cache" / "tunebench")) / "models"
+
+
+def random_checkpoint(config, dtype, seed: int, init_device: str, build) -> Path:
+    """A checkpoint folder holding `build()`'s random weights, written once per (architecture, dtype, seed,
+    init device kind) and reused: the random init depends on all four. Written into a temporary folder and
+    renamed, so a concurrent experiment never reads half a checkpoint."""
+    device_kind = str(init_device).split(":")[0]
+    identity = json.dumps({"config": config.to_dict(), "dtype": str(dtype), "seed": seed, "device": device_kind},
+                          sort_keys=True, default=str)
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    folder = cache_root() / f"{getattr(config, 'model_type', 'model')}-{key}"
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        model = build()
+        model.save_pretrained(staging)
+        _save_rng_state(staging / RNG_FILE, init_device)
+        del model
+        _free_device_memory()
+        try:
+            staging.rename(folder)
+        except OSError:  # another experiment renamed its copy first: theirs is the same weights
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("wrote the random weights as a checkpoint for quantized loading: %s", folder)
+    return folder
+
+
+def _save_rng_state(path: Path, init_device: str) -> None:
+    import torch
+
+    state = {"cpu": torch.get_rng_state()}
+    if str(init_device).startswith("cuda"):
+        state["cuda"] = torch.cuda.get_rng_state(init_device)
+    torch.save(state, path)
+
+
+def restore_rng_state(folder: Path, init_device: str) -> None:
+    """Put the RNG where the random init left it (see RNG_FILE); a user's checkpoint has no such file."""
+    import torch
+
+    path = Path(folder) / RNG_FILE
+    if not path.is_file():
+        return
+    state = torch.load(path, weights_only=True)
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and str(init_device).startswith("cuda"):
+        torch.cuda.set_rng_state(state["cuda"], init_device)
+
+
+def _free_device_memory() -> None:
+    """The random model was built on the GPU to be written out: its memory must not count in the run's peaks."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()

@@ -1,0 +1,121 @@
+"""Quantized bases in the fake step: bitsandbytes' own modules and kernels, run on fake tensors.
+
+The meta model's linear layers are replaced by transformers' own bitsandbytes replacement (the modules
+`from_pretrained(quantization_config=...)` builds, skipping the same modules), and each weight is quantized by
+bitsandbytes itself inside FakeTensorMode: bitsandbytes registers a fake implementation for every kernel it
+dispatches (quantize/dequantize 4-bit and blockwise, int8 quantization and matmuls), so the packed weights, their
+quantization state and every dequantized temporary of the forward and backward have their real shapes and
+dtypes. What the fake step cannot know is data: 8-bit matmuls split off outlier columns above a threshold
+(a data-dependent count); the fake step takes none, which the prediction's note states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+logger = logging.getLogger(__name__)
+
+PARAM_TYPES = ("Params4bit", "Int8Params")
+
+
+def quantize_meta(model, quantization, dtype) -> None:
+    """Replace the meta model's linear layers as transformers' bitsandbytes quantizer does before loading, and
+    flag the model as loaded quantized (PEFT and the Trainer read those flags)."""
+    import torch
+    from transformers.integrations import replace_with_bnb_linear
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    from tunebench.experiment.quantization import bnb_config
+
+    config = bnb_config(quantization)
+    quantizer = AutoHfQuantizer.from_config(config, pre_quantized=False)
+    skip = quantizer.get_modules_to_not_convert(model, config.llm_int8_skip_modules,
+                                                getattr(model, "_keep_in_fp32_modules", None))
+    replace_with_bnb_linear(model, modules_to_not_convert=skip, quantization_config=config)
+    for module in model.modules():
+        bias = getattr(module, "bias", None)
+        if type(getattr(module, "weight", None)).__name__ in PARAM_TYPES and isinstance(bias, torch.nn.Parameter):
+            module.bias = torch.nn.Parameter(bias.to(dtype), requires_grad=False)  # loaded in the checkpoint's dtype
+    flag = "is_loaded_in_4bit" if quantization.method == "bnb-4bit" else "is_loaded_in_8bit"
+    setattr(model, flag, True)
+    model.is_quantized = True
+
+
+def fake_parameter(module, param):
+    """A fake, quantized copy of a meta bitsandbytes weight (inside FakeTensorMode), or None for another kind.
+
+    bitsandbytes' parameter classes cannot wrap a fake tensor (a tensor subclass of its own), so the copy is a
+    plain parameter holding the packed data with the attributes the bitsandbytes modules read from theirs: the
+    4-bit QuantState, or 8-bit's CB/SCB. The data and the state come from bitsandbytes' own quantize functions.
+    """
+    import torch
+    from bitsandbytes import functional
+
+    kind = type(param).__name__
+    if kind not in PARAM_TYPES:
+        return None
+    full = torch.empty(param.shape, dtype=torch.bfloat16, device="cpu")
+    if kind == "Params4bit":
+        packed, state = functional.quantize_4bit(full, blocksize=param.blocksize,
+                                                 compress_statistics=param.compress_statistics,
+                                                 quant_type=param.quant_type, quant_storage=param.quant_storage)
+        new = torch.nn.Parameter(packed, requires_grad=False)
+        new.quant_state = state
+        new.bnb_quantized = True
+        module.quant_state = state
+        return new
+    rows, scales, _ = functional.int8_vectorwise_quant(full.to(torch.float16))
+    new = torch.nn.Parameter(rows, requires_grad=False)
+    new.CB, new.SCB, new.has_fp16_weights = new.data, scales, False
+    return new
+
+
+@contextlib.contextmanager
+def fake_kernels(quantization, cuda: bool):
+    """bitsandbytes as it runs on the target device, for the fake step's duration (enter it before the fake
+    mode): its cached code tables are
+    put back afterwards (a fake one must never be reused by a real run in this process), and on a CUDA target
+    8-bit layers take CUDA's int8 matmul (the CPU path dequantizes instead) without outlier columns."""
+    if quantization is None or not quantization.enabled:
+        yield
+        return
+    import bitsandbytes
+    from bitsandbytes import functional
+    from bitsandbytes.autograd import _functions
+
+    saved_maps = dict(functional.name2qmap)
+    # The double quantization's code table, made from values (fake tensors have none) before the fake mode:
+    # a real tensor the size of the GPU's one, shared by every weight as there.
+    functional.name2qmap.setdefault("dynamic", functional.create_dynamic_map())
+    original = bitsandbytes.matmul
+
+    def cuda_matmul(A, B, out=None, state=None, threshold=0.0, bias=None):
+        state = state or _functions.MatmulLtState()
+        state.threshold = 0.0  # the outlier count depends on the data, which fake tensors do not have
+        return _functions.MatMul8bitLt.apply(A, B, out, bias, state)
+
+    if cuda:
+        bitsandbytes.matmul = cuda_matmul
+    try:
+        yield
+    finally:
+        bitsandbytes.matmul = original
+        functional.name2qmap.clear()
+        functional.name2qmap.update(saved_maps)
+
+
+def quant_state_bytes(model, block: int) -> int:
+    """Bytes of the quantization state (scanner.memory.quantization_state_tensors), sized as the allocator would."""
+    from scanner.memory import quantization_state_tensors
+    from tunebench.verify.peak_rules import rounded
+
+    seen, total = set(), 0
+    for tensor in quantization_state_tensors(model):
+        storage = tensor.untyped_storage()
+        key = id(storage) if not hasattr(storage, "_cdata") else storage._cdata
+        if key in seen:
+            continue
+        seen.add(key)
+        total += rounded(storage.nbytes(), block)
+    return total

@@ -1,0 +1,152 @@
+"""Loss parity: does an acceleration setting keep the loss? Each experiment's per-step loss trajectory against
+its baseline's, from the experiment folders alone.
+
+The baseline of an experiment is the same scenario with the null framework config (`none`) on the same number of
+devices, whose resolved arguments equal the experiment's in every key the framework config does not set: the
+same model, batch, sequence length, seed and data. Both trajectories are the per-step losses in steps.json (the
+sum of a step's micro-batch losses, as the Trainer logs them). Two figures describe the difference: the largest
+relative difference over the common steps, and the signed relative difference at the last common step. A
+difference beyond the tolerance is a `measurement_warning`: the speed-up (or memory saving) came with other
+numerics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tunebench.experiment.spec import BASELINE, SPEC_FILE
+from tunebench.results.folder import experiment_folders
+
+logger = logging.getLogger(__name__)
+
+STEPS_FILE = "steps.json"
+# Relative loss difference that counts as the same numerics, by the weights' dtype. bf16/fp16: kernels that
+# reorder the same arithmetic (checkpointing's recompute, Liger's fused kernels, torch.compile's graphs) moved
+# the per-step loss of llama-3.2-1b and llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA); the
+# tolerance is about three times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32
+# on CPU: the same reorderings give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
+TOLERANCE = {"bfloat16": 0.002, "float16": 0.002, "float32": 0.0001}
+DEFAULT_TOLERANCE = 0.002
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    experiment_id: str
+    repeat: int
+    scenario: str
+    framework_config: str
+    fc_keys: frozenset
+    num_gpus: int
+    device_type: str
+    arguments: dict
+    losses: dict[int, float]
+
+
+def _read(folder: Path) -> Trajectory | None:
+    """The folder's trajectory, or None when it has no complete, readable one."""
+    try:
+        spec = json.loads((folder / SPEC_FILE).read_text())
+        steps = json.loads((folder / STEPS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(spec, dict) or not isinstance(steps, list):
+        return None
+    losses = {}
+    for record in steps:
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and _finite(record.get("loss")):
+            losses[record["step"]] = float(record["loss"])
+    detail = spec.get("framework_config_detail")
+    fc_args = detail.get("arguments") if isinstance(detail, dict) else None
+    arguments = spec.get("arguments")
+    if not losses or not isinstance(arguments, dict) or not isinstance(spec.get("experiment_id"), str):
+        return None
+    return Trajectory(spec["experiment_id"], int(spec.get("repeat") or 1), str(spec.get("scenario")),
+                      str(spec.get("framework_config")), frozenset(fc_args or {}), spec.get("num_gpus"),
+                      str(spec.get("device_type")), arguments, losses)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def baseline_of(run: Trajectory, runs: list[Trajectory]) -> Trajectory | None:
+    """The run's baseline among `runs` (the same repeat when there is one), or None."""
+    if run.framework_config == BASELINE:
+        return run
+    candidates = []
+    for other in runs:
+        if (other.framework_config != BASELINE or other.scenario != run.scenario or other.num_gpus != run.num_gpus
+                or other.device_type != run.device_type):
+            continue
+        keys = (set(run.arguments) | set(other.arguments)) - run.fc_keys
+        if all(run.arguments.get(k) == other.arguments.get(k) for k in keys):
+            candidates.append(other)
+    same_repeat = [c for c in candidates if c.repeat == run.repeat]
+    return (same_repeat or sorted(candidates, key=lambda c: c.repeat) or [None])[0]
+
+
+def compare(run: Trajectory, baseline: Trajectory) -> dict[str, Any]:
+    """loss_parity_* of one run against its baseline."""
+    steps = sorted(set(run.losses) & set(baseline.losses))
+    tolerance = TOLERANCE.get(str(run.arguments.get("torch_dtype")), DEFAULT_TOLERANCE)
+    row: dict[str, Any] = {"loss_parity_baseline": baseline.experiment_id, "loss_parity_steps": len(steps),
+                           "loss_parity_tolerance": tolerance}
+    if not steps:
+        return row
+    relative = [(run.losses[s] - baseline.losses[s]) / abs(baseline.losses[s]) if baseline.losses[s] else 0.0
+                for s in steps]
+    row["loss_parity_max_rel_diff"] = max(abs(r) for r in relative)
+    row["loss_parity_final_rel_diff"] = relative[-1]
+    row["loss_parity_ok"] = row["loss_parity_max_rel_diff"] <= tolerance
+    return row
+
+
+def warning(parity: dict[str, Any]) -> str | None:
+    """The measurement warning of a run whose loss left the tolerance, or None."""
+    if parity.get("loss_parity_ok") is not False:
+        return None
+    def pct(value: float, sign: str = "") -> str:
+        return f"{100 * value:{sign}.3g} %"
+
+    return (f"loss differs from the baseline {parity['loss_parity_baseline']} by up to "
+            f"{pct(parity['loss_parity_max_rel_diff'])} over {parity['loss_parity_steps']} steps (final "
+            f"{pct(parity['loss_parity_final_rel_diff'], '+')}; tolerance {pct(parity['loss_parity_tolerance'])}): "
+            "this setting changes the numerics")
+
+
+def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with loss_parity_* on every ok row whose baseline is in the folder, its warning joined to the
+    row's measurement_warning. Baseline rows are compared with themselves (0)."""
+    if frame.empty or "experiment_id" not in frame.columns:
+        return frame
+    runs = [run for run in map(_read, experiment_folders(output_dir)) if run is not None]
+    by_key = {(run.experiment_id, run.repeat): run for run in runs}
+    frame = frame.copy()
+    for index, row in frame.iterrows():
+        if row.get("status") != "ok":
+            continue
+        repeat = int(row["repeat"]) if _finite(row.get("repeat")) else 1
+        run = by_key.get((row["experiment_id"], repeat))
+        if run is None:
+            continue
+        baseline = baseline_of(run, runs)
+        if baseline is None:
+            continue
+        parity = compare(run, baseline)
+        for key, value in parity.items():
+            if key not in frame.columns:
+                frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+            frame.at[index, key] = value
+        text = warning(parity)
+        if text:
+            current = row.get("measurement_warning")
+            current = current if isinstance(current, str) and current else ""
+            frame.at[index, "measurement_warning"] = "; ".join(w for w in (current, text) if w)
+    return frame
