@@ -11,8 +11,10 @@ import yaml
 
 from tunebench import cli
 from tunebench.cli.options import build_parser
+from tunebench.errors import InputError
 from tunebench.execution.runner import run_matrix
 from tunebench.results import summaries
+from tunebench.tune.option_checks import in_users_words
 from tunebench.tune.options import TuneOptions
 from tunebench.tune.space import Point
 
@@ -68,7 +70,10 @@ class HarnessRuns:
             path = Path(tmp) / f"tune-{stage}.yaml"
             path.write_text(yaml.safe_dump(scenario_file(self.options, stage, points, cpu), sort_keys=False))
             ns = self._namespace(path)
-            experiments, device_type, gpus, memory_logging = cli.plan(ns)
+            try:
+                experiments, device_type, gpus, memory_logging = cli.plan(ns)
+            except InputError as exc:  # the generated file is gone when the user reads this: name their option
+                raise InputError(in_users_words(exc.problems, str(path))) from None
         by_name = {e.scenario: e for e in experiments}
         return ns, [by_name[scenario_name(stage, p)] for p in points], device_type, gpus, memory_logging
 
