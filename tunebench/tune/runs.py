@@ -17,20 +17,9 @@ from tunebench.results import summaries
 from tunebench.tune.option_checks import in_users_words
 from tunebench.tune.options import TuneOptions
 from tunebench.tune.space import Point
+from tunebench.tune.stages import STAGE_ARGUMENTS
 
 logger = logging.getLogger(__name__)
-
-# How each stage measures (README "tune"). Screening: a short auto run, enough to rank (±2 % at 95 %);
-# confirming: the harness's standard window, to ±1 %.
-STAGE_ARGUMENTS = {
-    "space": {},
-    "grid": {},  # --grid: the harness's standard measurement (defaults.yaml: 30 fixed steps, 25 steady)
-    "screen": {"steady_state": "auto", "steady_warmup_steps": 3, "steady_min_steps": 8,
-               "steady_target_ci_pct": 2.0, "max_steps": 24},
-    "confirm": {"steady_state": "auto", "steady_warmup_steps": 5, "steady_min_steps": 10,
-                "steady_target_ci_pct": 1.0, "max_steps": 60},
-}
-
 
 def scenario_name(stage: str, point: Point) -> str:
     return f"tune-{stage}-{point.label}"
