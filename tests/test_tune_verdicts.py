@@ -68,6 +68,7 @@ def test_a_noisy_confirming_run_never_makes_a_confirmed_winner(ci, spread, warni
     winner = outcome.winner
     assert winner.point.micro_batch == 8 and winner.noise == noise
     assert winner.state == ("noisy" if noise else "confirmed")
+    assert winner.reason == ("its confirming run was not steady (see noise): it confirms nothing" if noise else "confirmed")
     if noise:
         assert outcome.confidence == (f"unconfirmed: its confirming run was noisy ({noise}); run tune again on a "
                                       "quiet machine")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.tune.option_checks import RANGES
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         "experiments as ordinary results (CSV, compare, report, resume)."))
 
     def opt(*names, **kw):
+        allowed = RANGES.get(names[0].lstrip("-"))
+        if allowed is not None:  # the range option_checks enforces, in --help
+            kw["help"] = f"{kw['help']} ({allowed.describe()})"
         parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
 
     opt("--model", required=True, help="model: `preset:<name>`, a local dir or a hub id")

@@ -143,6 +143,8 @@ class Search:
                 s.state = {CONFIRM: "noisy" if s.noise else "confirmed", GRID: "measured"}.get(stage, "screened")
                 s.reason = f"measured (before launch: {s.reason})" if stage == GRID else \
                     s.reason if s.reason.startswith("screened ") else f"{stage}ed"
+                if s.state == "noisy":
+                    s.reason = "its confirming run was not steady (see noise): it confirms nothing"
 
     # ---------------------------------------------------------------- stages
     def _tolerance(self) -> float:
