@@ -3,8 +3,10 @@ a problem the pipeline still finds in tune's generated scenarios names the optio
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from tunebench.tune.option_checks import RANGES, _distributions, _optimizer_name
 from tunebench.tune.options import TuneOptions
 
 WORK = Path(tempfile.mkdtemp(prefix="tunebench-tune-messages-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 OUT = WORK / "out"  # never created by a refused command
 FILE = WORK / "a-file.txt"
 FILE.write_text("not a folder\n")
