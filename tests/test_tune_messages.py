@@ -105,13 +105,14 @@ HOSTILE = {
     "--results_output_path": st.sampled_from(["", str(FILE), str(FOREIGN), "/"]),
     "--defaults_config_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                str(LIST_YAML), ""]),
+    "--grid": _word,  # a flag given a value
     "--framework_configs_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                  str(LIST_YAML), ""]),
 }
 
 
 def test_every_tune_option_has_hostile_values():
-    options = {f"--{name}" for name in TuneOptions.__dataclass_fields__} - {"--grid"}
+    options = {f"--{name}" for name in TuneOptions.__dataclass_fields__}
     assert options == set(HOSTILE)
 
 
@@ -138,8 +139,9 @@ def test_the_cases_of_issue_w_in_the_users_words():
     _refused(_with("--budget_minutes", "nan"), "--budget_minutes")
     _refused([*_with("--objective", "cost"), "--gpu_hour_price", "nan"], "--gpu_hour_price")
     _refused([a for a in BASE if a not in ("--model", "preset:llama-tiny")], "--model")  # missing
-    _refused([*BASE, "--grid", "yes"], "yes")
-    _refused([*BASE, "--frobnicate", "3"], "--frobnicate")
+    _refused([*BASE, "--grid", "yes"], "--grid")
+    assert "--grid: takes no value, got 'yes'" in _run([*BASE, "--grid", "yes"])[1][0]
+    _refused([*BASE, "--frobnicate", "3"], "'--frobnicate'")
 
 
 def test_a_space_too_large_to_search_names_the_options_that_widen_it():

@@ -21,6 +21,7 @@ OBJECTIVES = {  # objective -> (the results column it is computed from, its unit
     "cost": ("steady_nonpad_tokens_per_second", "$/Mtoken"),
 }
 PEFT_CHOICES = ("none", "lora", "any")
+FLAGS = ("grid",)  # options that take no value
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,19 @@ def usage_problem(message: str) -> InputProblem:
     if message.startswith("the following arguments are required:"):
         missing = message.split(":", 1)[1].strip().split(",")[0].split("/")[0]
         return InputProblem("command line", missing, "required", f"e.g. {missing} preset:llama-tiny")
-    if message.startswith("unrecognized arguments:"):
-        first = message.split(":", 1)[1].split()[0] if message.split(":", 1)[1].split() else "?"
-        return InputProblem("command line", first, "unrecognized argument",
-                            "see benchmark.py tune --help for the options")
     return InputProblem("command line", "arguments", message, "see benchmark.py tune --help")
+
+
+def extra_problem(argv: list[str], extras: list[str]) -> InputProblem:
+    """What argparse did not recognise; a stray value right after a flag (`--grid yes`) names the flag."""
+    first = extras[0]
+    at = len(argv) - 1 - argv[::-1].index(first) if first in argv else 0  # the stray value is the last
+    before = argv[at - 1] if at > 0 else ""
+    if before.lstrip("-").replace("-", "_") in FLAGS:
+        flag = "--" + before.lstrip("-").replace("-", "_")
+        return InputProblem("command line", flag, f"takes no value, got {first!r}", f"write {flag} alone")
+    return InputProblem("command line", repr(first), "unrecognized argument",
+                        "see benchmark.py tune --help for the options")
 
 
 def parse(argv: list[str]) -> TuneOptions:
@@ -161,9 +170,11 @@ def parse(argv: list[str]) -> TuneOptions:
     from tunebench.tune.option_checks import log_level_problem, value_problems
 
     try:
-        ns = build_parser().parse_args(argv)
+        ns, extras = build_parser().parse_known_args(argv)
     except _UsageError as exc:
         raise InputError([usage_problem(str(exc))]) from None
+    if extras:
+        raise InputError([extra_problem(list(argv), extras)])
     problems = value_problems(ns)
     checkpointing = _bools(ns.gradient_checkpointing, "--gradient_checkpointing", problems)
     packing = _bools(ns.packing, "--packing", problems)
