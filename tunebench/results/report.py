@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.fileio import write_atomic
-from tunebench.results import charts, pareto, report_comparison, report_predictions
+from tunebench.results import charts, pareto, report_comparison, report_predictions, report_tune
 from tunebench.results import compare as cmp
 from tunebench.results import compare_rules as rules
 from tunebench.results import report_warnings as warn
@@ -212,6 +212,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         f'<p class="meta">source: <code>{html.escape(source)}</code> · generated {now} · {len(df)} experiment rows '
         f"{pills}</p>",
         warn.summary(df),
+        report_tune.section(source),  # a folder `benchmark.py tune` wrote: its winner first
         "<h2>Experiments</h2>",
         _experiments_table(df, warnings),
         "<h2>Memory breakdown (scanner)</h2>",

@@ -20,17 +20,15 @@ def _input_problems(options, device_type: str) -> list[InputProblem]:
 
 def tune(options) -> int:
     from tunebench.execution.guard import results_lock, stop_on_signals
-    from tunebench.results import folder as results_folder
     from tunebench.results.summaries import rows_on_disk
     from tunebench.tune import output, prune
     from tunebench.tune.runs import HarnessRuns
     from tunebench.tune.search import Search
     from tunebench.tune.space import build_space
 
-    problems = results_folder.check(options.results_output_path)
     runs = HarnessRuns(options)
     device_type = runs.device()
-    problems += _input_problems(options, device_type)
+    problems = _input_problems(options, device_type)
     if problems:
         raise InputError(problems)
     cpu = device_type == "cpu"
@@ -51,8 +49,15 @@ def tune(options) -> int:
     return 0 if outcome.winner is not None else 1
 
 
+def _input_error(exc: InputError) -> int:
+    """One line per problem, each naming the option (or the file and key) and the fix; exit 2."""
+    for problem in exc.problems:
+        print(f"tunebench tune: {problem}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    from tunebench.cli import _environment_error, _input_error
+    from tunebench.cli import _environment_error
     from tunebench.execution.guard import HarnessStopped
     from tunebench.execution.guardian import Guardian
     from tunebench.tune.options import parse

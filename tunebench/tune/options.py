@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.tune.option_checks import RANGES
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +21,7 @@ OBJECTIVES = {  # objective -> (the results column it is computed from, its unit
     "cost": ("steady_nonpad_tokens_per_second", "$/Mtoken"),
 }
 PEFT_CHOICES = ("none", "lora", "any")
+FLAGS = ("grid",)  # options that take no value
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,20 @@ class TuneOptions:
         return self.objective != "tokens_per_second"
 
 
+class _UsageError(Exception):
+    """argparse's own complaint (a missing option, a wrong type, a bad choice), raised instead of exiting."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line naming the option, not the usage block and a second line
+        raise _UsageError(message)
+
+
+_ARGUMENT = re.compile(r"argument (-[-\w]+)(?:/\S+)?: (.*)", re.S)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmark.py tune", description=(
+    parser = _Parser(prog="benchmark.py tune", description=(
         "Find the fastest (or cheapest) way to fine-tune a model that fits: the space of PEFT, checkpointing, "
         "micro-batch × accumulation, packing, optimizer, torch.compile, Liger and DDP/FSDP is pruned with the "
         "memory prediction, the likely best points run first as short `steady_state: auto` runs, the leaders get "
@@ -67,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         "experiments as ordinary results (CSV, compare, report, resume)."))
 
     def opt(*names, **kw):
+        allowed = RANGES.get(names[0].lstrip("-"))
+        if allowed is not None:  # the range option_checks enforces, in --help
+            kw["help"] = f"{kw['help']} ({allowed.describe()})"
         parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
 
     opt("--model", required=True, help="model: `preset:<name>`, a local dir or a hub id")
@@ -123,41 +141,48 @@ def _bools(values: list[str] | None, option: str, problems: list[InputProblem]) 
     return found
 
 
+def usage_problem(message: str) -> InputProblem:
+    """argparse's message as a problem naming the option (`--num-gpus` spelt as `--num_gpus`)."""
+    match = _ARGUMENT.match(message)
+    if match:
+        option = "--" + match.group(1).lstrip("-").replace("-", "_")
+        return InputProblem("command line", option, match.group(2), f"see benchmark.py tune --help for {option}")
+    if message.startswith("the following arguments are required:"):
+        missing = message.split(":", 1)[1].strip().split(",")[0].split("/")[0]
+        return InputProblem("command line", missing, "required", f"e.g. {missing} preset:llama-tiny")
+    return InputProblem("command line", "arguments", message, "see benchmark.py tune --help")
+
+
+def extra_problem(argv: list[str], extras: list[str]) -> InputProblem:
+    """What argparse did not recognise; a stray value right after a flag (`--grid yes`) names the flag."""
+    first = extras[0]
+    at = len(argv) - 1 - argv[::-1].index(first) if first in argv else 0  # the stray value is the last
+    before = argv[at - 1] if at > 0 else ""
+    if before.lstrip("-").replace("-", "_") in FLAGS:
+        flag = "--" + before.lstrip("-").replace("-", "_")
+        return InputProblem("command line", flag, f"takes no value, got {first!r}", f"write {flag} alone")
+    return InputProblem("command line", repr(first), "unrecognized argument",
+                        "see benchmark.py tune --help for the options")
+
+
 def parse(argv: list[str]) -> TuneOptions:
-    """TuneOptions from the command line; InputError with every problem found."""
-    ns = build_parser().parse_args(argv)
-    problems: list[InputProblem] = []
+    """TuneOptions from the command line; InputError with every problem found, each naming its option."""
+    from tunebench.tune.option_checks import log_level_problem, value_problems
 
-    def positive(name: str, value, allow_none: bool = False):
-        if value is None and allow_none:
-            return
-        if value is None or value <= 0:
-            problems.append(InputProblem("command line", f"--{name}", f"must be positive, got {value}",
-                                         f"e.g. --{name} 1"))
-
-    for name in ("num_gpus", "effective_batch", "max_seq_len", "timeout"):
-        positive(name, getattr(ns, name))
-    positive("budget_minutes", ns.budget_minutes, allow_none=True)
-    positive("gpu_hour_price", ns.gpu_hour_price, allow_none=True)
-    for name in ("lora_ranks", "micro_batches"):
-        for value in getattr(ns, name) or []:
-            positive(name, value)
-    if ns.confirm < 1:
-        problems.append(InputProblem("command line", "--confirm", f"must be at least 1, got {ns.confirm}",
-                                     "e.g. --confirm 2"))
-    for name in ("tolerance_pct", "margin_pct"):
-        if not 0 <= getattr(ns, name) < 100:
-            problems.append(InputProblem("command line", f"--{name}", f"must be in [0, 100), got "
-                                         f"{getattr(ns, name)}", f"e.g. --{name} 5"))
-    if ns.objective == "cost" and ns.gpu_hour_price is None:
-        problems.append(InputProblem("command line", "--gpu_hour_price", "--objective cost needs the price of a "
-                                     "GPU hour", "e.g. --objective cost --gpu_hour_price 2.5"))
-    if ns.effective_batch and ns.num_gpus and ns.effective_batch % max(ns.num_gpus, 1):
-        problems.append(InputProblem("command line", "--effective_batch", f"{ns.effective_batch} samples do not "
-                                     f"split over {ns.num_gpus} GPUs", "give a multiple of --num_gpus"))
+    try:
+        ns, extras = build_parser().parse_known_args(argv)
+    except _UsageError as exc:
+        raise InputError([usage_problem(str(exc))]) from None
+    if extras:
+        raise InputError([extra_problem(list(argv), extras)])
+    problems = value_problems(ns)
     checkpointing = _bools(ns.gradient_checkpointing, "--gradient_checkpointing", problems)
     packing = _bools(ns.packing, "--packing", problems)
     compile_values = _bools(ns.torch_compile, "--torch_compile", problems)
+    log_level = os.environ.get("TUNEBENCH_LOG_LEVEL", ns.log_level)
+    if log_level != ns.log_level:
+        found = log_level_problem(log_level, "log_level (TUNEBENCH_LOG_LEVEL)")
+        problems += [found] if found else []
     if problems:
         raise InputError(problems)
     return TuneOptions(
@@ -171,5 +196,5 @@ def parse(argv: list[str]) -> TuneOptions:
         synthetic_length_distribution=ns.synthetic_length_distribution, tolerance_pct=ns.tolerance_pct,
         confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
         defaults_config_path=ns.defaults_config_path, framework_configs_path=ns.framework_configs_path,
-        log_level=os.environ.get("TUNEBENCH_LOG_LEVEL", ns.log_level), grid=ns.grid,
+        log_level=log_level.upper(), grid=ns.grid,
     )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shlex
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from tunebench.cli.options import REPO_ROOT
 from tunebench.fileio import write_atomic
 from tunebench.tune.options import OBJECTIVES, TuneOptions
 from tunebench.tune.runs import scenario_file
@@ -20,7 +23,7 @@ TABLE = "tune.csv"
 WINNER = "tune-scenarios.yaml"
 GIB = 1024**3
 # Ranked first: points with a confirming run, then screened ones, then the rest in this order.
-_STATE_ORDER = {"confirmed": 0, "measured": 0, "screened": 1, "oom": 2, "failed": 3, "not run": 4, "pruned": 5}
+_STATE_ORDER = {"confirmed": 0, "noisy": 0, "measured": 0, "screened": 1, "oom": 2, "failed": 3, "not run": 4, "pruned": 5}
 
 
 def _gib(value) -> float | None:
@@ -42,10 +45,16 @@ def ranked_table(outcome: Outcome, options: TuneOptions) -> pd.DataFrame:
     states = sorted(outcome.states, key=lambda s: _sort_key(s, options))
     for position, s in enumerate(states, start=1):
         final = s.final()
-        measured = s.state in ("confirmed", "screened", "measured")
+        measured = s.state in ("confirmed", "noisy", "screened", "measured")
+        warning = (final or {}).get("measurement_warning")
         rows.append({
             "rank": position if measured else None, "point": s.point.label, **s.point.factors(),
             "state": s.state, "reason": s.reason,
+            # tune's verdict on the run the point is judged by ('' = as steady as its stage asks), and the
+            # run's own warning as benchmark.py's rows carry it
+            "noise": s.noise if measured else "",
+            "measurement_warning": warning.strip() if measured and isinstance(warning, str) else "",
+            "winner_confidence": outcome.confidence if s is outcome.winner else "",
             f"objective_{unit}": objective_value(final, options) if measured else None,
             f"screen_{unit}": objective_value(s.screen, options),
             f"confirm_{unit}": objective_value(s.confirm, options),
@@ -61,7 +70,9 @@ def ranked_table(outcome: Outcome, options: TuneOptions) -> pd.DataFrame:
             "confirm_experiment": (s.confirm or {}).get("experiment_id"),
             "grid_experiment": (s.grid or {}).get("experiment_id"),
         })
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table["rank"] = table["rank"].astype("Int64")  # 1, not 1.0 (unranked points stay empty)
+    return table
 
 
 def winner_scenarios(outcome: Outcome, options: TuneOptions, cpu: bool) -> str | None:
@@ -74,8 +85,25 @@ def winner_scenarios(outcome: Outcome, options: TuneOptions, cpu: bool) -> str |
     value = objective_value(w.final(), options)
     header = (f"# Written by `benchmark.py tune --model {options.model}` (objective {options.objective}: "
               f"{value:.6g} {unit}, {outcome.confidence}).\n"
-              f"# Run it: python benchmark.py --scenarios_config_path {WINNER} --num_gpus_matrix {options.num_gpus}\n")
+              f"# Run it (from the folder tune ran in): {run_command(options)}\n")
     return header + yaml.safe_dump(content, sort_keys=False)
+
+
+def typed_path(path: Path) -> str:
+    """A path the user can type where tune ran: relative to the current directory when below it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def run_command(options: TuneOptions) -> str:
+    """The command that runs the winner again, from the directory tune was started in."""
+    argv = ["python", typed_path(REPO_ROOT / "benchmark.py"), "--scenarios_config_path",
+            typed_path(Path(options.results_output_path) / WINNER), "--num_gpus_matrix", str(options.num_gpus)]
+    argv += ["--device", options.device] if options.device != "auto" else []  # the winner's dtype is the device's
+    return shlex.join(argv)
 
 
 def write(outcome: Outcome, options: TuneOptions, cpu: bool) -> pd.DataFrame:
@@ -96,6 +124,7 @@ def summary(outcome: Outcome, table: pd.DataFrame, options: TuneOptions, cpu: bo
     columns = ["rank", "point", "state", f"objective_{unit}", "steady_step_time_ci_pct", "pred_mem_peak_gib",
                "mem_peak_gib"]
     lines = [shown[columns].to_string(index=False) if len(shown) else "(no point was measured)", ""]
+    lines += [f"! {row.point}: not steady: {row.noise}" for row in shown.itertuples() if row.noise]
     lines.append(f"space: {len(table)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     lines.append(f"memory margin: {outcome.margin.fraction:.1%} ({outcome.margin.source})")
     lines.append(f"search stopped: {outcome.stop_reason}")

@@ -11,24 +11,15 @@ import yaml
 
 from tunebench import cli
 from tunebench.cli.options import build_parser
+from tunebench.errors import InputError
 from tunebench.execution.runner import run_matrix
 from tunebench.results import summaries
+from tunebench.tune.option_checks import in_users_words
 from tunebench.tune.options import TuneOptions
 from tunebench.tune.space import Point
+from tunebench.tune.stages import STAGE_ARGUMENTS
 
 logger = logging.getLogger(__name__)
-
-# How each stage measures (README "tune"). Screening: a short auto run, enough to rank (±2 % at 95 %);
-# confirming: the harness's standard window, to ±1 %.
-STAGE_ARGUMENTS = {
-    "space": {},
-    "grid": {},  # --grid: the harness's standard measurement (defaults.yaml: 30 fixed steps, 25 steady)
-    "screen": {"steady_state": "auto", "steady_warmup_steps": 3, "steady_min_steps": 8,
-               "steady_target_ci_pct": 2.0, "max_steps": 24},
-    "confirm": {"steady_state": "auto", "steady_warmup_steps": 5, "steady_min_steps": 10,
-                "steady_target_ci_pct": 1.0, "max_steps": 60},
-}
-
 
 def scenario_name(stage: str, point: Point) -> str:
     return f"tune-{stage}-{point.label}"
@@ -68,7 +59,10 @@ class HarnessRuns:
             path = Path(tmp) / f"tune-{stage}.yaml"
             path.write_text(yaml.safe_dump(scenario_file(self.options, stage, points, cpu), sort_keys=False))
             ns = self._namespace(path)
-            experiments, device_type, gpus, memory_logging = cli.plan(ns)
+            try:
+                experiments, device_type, gpus, memory_logging = cli.plan(ns)
+            except InputError as exc:  # the generated file is gone when the user reads this: name their option
+                raise InputError(in_users_words(exc.problems, str(path))) from None
         by_name = {e.scenario: e for e in experiments}
         return ns, [by_name[scenario_name(stage, p)] for p in points], device_type, gpus, memory_logging
 

@@ -14,12 +14,14 @@ from typing import Any
 
 from tunebench.tune import prune
 from tunebench.tune.expectation import expected, prior
+from tunebench.tune.failure_text import one_line
 from tunebench.tune.options import OBJECTIVES, TuneOptions
 from tunebench.tune.space import CATEGORICAL, Point
+from tunebench.tune.stages import CONFIRM, GRID, SCREEN, finite_number, noise
 
 logger = logging.getLogger(__name__)
 
-SCREEN, CONFIRM, GRID = "screen", "confirm", "grid"
+__all__ = ["BATCH", "CONFIRM", "GRID", "SCREEN", "Outcome", "PointState", "Search"]
 BATCH = 2  # points per screening launch: small enough to steer by, large enough to amortise a launch
 NEIGHBOUR_WIDTH = 3  # the best point's neighbours are checked when expected within this many tolerances
 # A stage's runner: the rows of these points' experiments, in the same order.
@@ -33,8 +35,11 @@ class PointState:
     point: Point
     prediction: dict[str, Any]
     prior: float
-    state: str = "not run"  # pruned | not run | screened | confirmed | measured (--grid) | oom | failed
+    # pruned | not run | screened | confirmed | noisy (its confirming run was not steady) | measured (--grid) |
+    # oom | failed
+    state: str = "not run"
     reason: str = ""
+    noise: str = ""  # why the run it is judged by was not as steady as its stage asks ('' = it was)
     expected: float | None = None
     screen: dict[str, Any] | None = None
     confirm: dict[str, Any] | None = None
@@ -60,7 +65,7 @@ def score(row: dict[str, Any] | None, options: TuneOptions) -> float | None:
     """The row's objective as a log, higher better (None when the run measured nothing usable)."""
     if not row or row.get("status") != "ok":
         return None
-    value = _number(row.get(OBJECTIVES[options.objective][0]))
+    value = finite_number(row.get(OBJECTIVES[options.objective][0]))
     if value is None or value <= 0:
         return None
     return -math.log(value) if options.objective == "joules_per_token" else math.log(value)
@@ -77,8 +82,8 @@ def objective_value(row: dict[str, Any] | None, options: TuneOptions) -> float |
 
 
 def gpu_seconds(row: dict[str, Any]) -> float:
-    wall = _number(row.get("experiment_wall_seconds")) or 0.0
-    return wall * (_number(row.get("num_gpus")) or 1)
+    wall = finite_number(row.get("experiment_wall_seconds")) or 0.0
+    return wall * (finite_number(row.get("num_gpus")) or 1)
 
 
 def _neighbours(a: Point, b: Point, sizes: list[int]) -> bool:
@@ -90,17 +95,9 @@ def _neighbours(a: Point, b: Point, sizes: list[int]) -> bool:
     return len(differ) == 1
 
 
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _ci(row: dict[str, Any]) -> float:
     """Half-width of the row's score's 95 % interval (from the median step time's)."""
-    return math.log1p((_number(row.get("steady_step_time_ci_pct")) or 0.0) / 100)
+    return math.log1p((finite_number(row.get("steady_step_time_ci_pct")) or 0.0) / 100)
 
 
 class Search:
@@ -130,6 +127,7 @@ class Search:
             self.runs.append({**row, "tune_stage": stage, "tune_point": s.point.label})
             setattr(s, stage, row)
             status = row.get("status")
+            s.noise = noise(row, stage)
             if status == "oom":
                 s.state, s.reason = "oom", f"{stage} run out of memory" + (
                     f" (predicted: {s.reason})" if stage == GRID else "")
@@ -139,12 +137,14 @@ class Search:
                 self._prune()
             elif score(row, self.options) is None:
                 s.state = "failed"
-                s.reason = f"{stage} run: {status}" + (f" ({str(row.get('error_messages'))[:160]})"
-                                                      if row.get("error_messages") else ", objective not measured")
+                error = one_line(row.get("error_messages"))
+                s.reason = f"{stage} run: {status}" + (f" ({error})" if error else ", objective not measured")
             else:
-                s.state = {CONFIRM: "confirmed", GRID: "measured"}.get(stage, "screened")
+                s.state = {CONFIRM: "noisy" if s.noise else "confirmed", GRID: "measured"}.get(stage, "screened")
                 s.reason = f"measured (before launch: {s.reason})" if stage == GRID else \
                     s.reason if s.reason.startswith("screened ") else f"{stage}ed"
+                if s.state == "noisy":
+                    s.reason = "its confirming run was not steady (see noise): it confirms nothing"
 
     # ---------------------------------------------------------------- stages
     def _tolerance(self) -> float:
@@ -229,7 +229,7 @@ class Search:
         self._record(CONFIRM, leaders, run(CONFIRM, [s.point for s in leaders]))
 
     def _verdict(self, stop_reason: str) -> Outcome:
-        confirmed = sorted((s for s in self.states.values() if s.state == "confirmed"),
+        confirmed = sorted((s for s in self.states.values() if s.state in ("confirmed", "noisy")),
                            key=lambda s: -score(s.confirm, self.options))
         screened = sorted((s for s in self.states.values() if s.state == "screened"),
                           key=lambda s: -score(s.screen, self.options))
@@ -245,8 +245,12 @@ class Search:
                 confidence = (f"ahead of {second.point.label} by {gap:.1%}, outside both 95 % intervals"
                               if low > high else f"ahead of {second.point.label} by {gap:.1%}, within the 95 % "
                               "intervals: the two are equivalent at this precision")
+            if winner.noise:  # a busy host: neither the measurement nor any comparison with it holds
+                confidence = f"unconfirmed: its confirming run was noisy ({winner.noise}); run tune again on a quiet machine"
         elif screened:
-            winner, confidence = screened[0], "unconfirmed (screening run only)"
+            winner = screened[0]
+            confidence = "unconfirmed (screening run only)" + (f"; the run was noisy ({winner.noise})"
+                                                               if winner.noise else "")
         else:
             winner, confidence = None, "no point ran to a measurement"
         return Outcome(list(self.states.values()), self.margin, winner, confidence, stop_reason, self.spent(),
@@ -260,7 +264,10 @@ class Search:
         self._record(GRID, states, runner(GRID, [s.point for s in states]))
         measured = sorted((s for s in states if s.state == "measured"), key=lambda s: -score(s.grid, self.options))
         winner = measured[0] if measured else None
-        return Outcome(states, self.margin, winner, "the whole grid measured" if winner else "nothing measured",
+        confidence = "the whole grid measured" if winner else "nothing measured"
+        if winner is not None and winner.noise:
+            confidence = f"unconfirmed: the whole grid measured, but the winner's run was noisy ({winner.noise})"
+        return Outcome(states, self.margin, winner, confidence,
                        "grid: every point ran", self.spent(), self.runs)
 
     def run(self, runner: Runner) -> Outcome:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from tunebench.errors import InputError, InputProblem
 from tunebench.tune.options import TuneOptions
 
 logger = logging.getLogger(__name__)
@@ -18,6 +20,8 @@ LORA_TARGETS = "all-linear"
 # Multi-GPU variants: framework configs of framework_configs.yaml (DDP replicates, FSDP2 shards).
 MULTI_GPU_CONFIGS = ("ddp", "fsdp2")
 # The point's settings with levels (Point.factors keys); micro-batch and accumulation are numeric.
+# Every point is predicted (a fake step per distinct shape) before the search starts.
+MAX_POINTS = 2048
 CATEGORICAL = ("peft", "gradient_checkpointing", "packing", "optim", "torch_compile", "liger", "framework")
 
 
@@ -106,9 +110,30 @@ def space_choices(options: TuneOptions, cpu: bool) -> dict[str, tuple]:
     }
 
 
+def _size_problem(options: TuneOptions, choices: dict[str, tuple]) -> InputProblem | None:
+    """Too many points to predict and search (or none): named by the options that set the space's width."""
+    adapters = sum(len(options.lora_ranks) if peft == "lora" else 1 for peft in choices["peft"])
+    size = adapters * math.prod(len(v) for k, v in choices.items() if k != "peft")
+    if 0 < size <= MAX_POINTS:
+        return None
+    wide = [f"--{name} ({len(values)})" for name, values in (
+        ("lora_ranks", options.lora_ranks), ("micro_batches", choices["micro_batch"]),
+        ("optimizers", options.optimizers), ("gradient_checkpointing", choices["checkpointing"]),
+        ("packing", choices["packing"]), ("torch_compile", choices["compile"])) if len(values) > 1]
+    if not size:
+        return InputProblem("command line", "--micro_batches", "no micro-batch divides the per-device batch",
+                            "give divisors of --effective_batch / --num_gpus")
+    return InputProblem("command line", ", ".join(wide) or "--effective_batch", f"a space of {size} points (at "
+                        f"most {MAX_POINTS}: each is predicted before the search)", "give fewer values")
+
+
 def build_space(options: TuneOptions, cpu: bool) -> list[Point]:
-    """Every point of the space, in a fixed order (the search reorders them)."""
+    """Every point of the space, in a fixed order (the search reorders them); InputError when it is empty or
+    too large to search."""
     choices = space_choices(options, cpu)
+    problem = _size_problem(options, choices)
+    if problem:
+        raise InputError([problem])
     per_device = options.effective_batch // options.num_gpus
     adapters = [(peft, rank) for peft in choices["peft"] for rank in (options.lora_ranks if peft == "lora" else (None,))]
     points = [Point(peft, rank, gc, mb, per_device // mb, packing, optim, compiled, liger, framework)
