@@ -115,3 +115,18 @@ def test_executor_ray_without_ray_is_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "ray", raising=False)  # imported by an earlier test of this process
     code, err, out = run_cli(tmp_path, capsys, "--executor", "ray", scenarios=[tiny_scenario()])
     assert code == 2 and "Ray is not installed" in err and "pip install -e '.[ray]'" in err and not out.exists()
+
+
+@pytest.mark.parametrize("typed,meant", [
+    ("lora_rank", "r"), ("lora_r", "r"), ("rank", "r"), ("alpha", "lora_alpha"),
+    ("lora_target_modules", "target_modules"), ("lora_dropout_p", "lora_dropout"), ("max_seq_length", "max_seq_len"),
+    ("model_name", "model_name_or_path"), ("batch_size", "per_device_train_batch_size"),
+    ("grad_accum", "gradient_accumulation_steps"), ("dataset_path", "training_data_path"),
+    ("data_path", "training_data_path"), ("lr", "learning_rate"), ("num_epochs", "num_train_epochs"),
+])
+def test_an_unknown_key_from_another_tool_suggests_its_name_here(tmp_path, capsys, typed, meant):
+    """Issue W: `lora_rank: 8` suggested the Trainer's `local_rank`; the LoRA rank is `r`."""
+    code, err, _ = run_cli(tmp_path, capsys, scenarios=[tiny_scenario(**{typed: 8})])
+    assert code == 2
+    assert f"arguments.{typed}: unknown argument (fix: did you mean {meant!r}?)" in err
+    assert "local_rank" not in err

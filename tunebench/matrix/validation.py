@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from tunebench.experiment.models import resolve_model_source
 from tunebench.experiment.ranges import range_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
+from tunebench.matrix.aliases import suggestion
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
     for key in experiment.arguments:
         if key not in known:
             source, where = sources.origin(experiment, key)
-            close = difflib.get_close_matches(str(key), known, n=1)
-            fix = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
+            close = suggestion(key, known)
+            fix = f"did you mean {close!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
             problems.append(InputProblem(source, where, "unknown argument", fix))
     if "max_length" in experiment.arguments:
         source, where = sources.origin(experiment, "max_length")
