@@ -156,11 +156,10 @@ def _input_error(exc: InputError) -> int:
 
 
 def _environment_error(exc: OSError) -> int:
-    """A filesystem fault (read-only, full, permissions) while writing results: one line, exit 2."""
-    where = f": {exc.filename}" if exc.filename else ""
-    print(f"tunebench: cannot write{where}: {exc.strerror or exc} (fix: free space or choose a writable "
-          "--results_output_path); nothing was left half-written and every finished experiment's results are kept",
-          file=sys.stderr)
+    """A fault of the machine (disk full, permissions, an unreachable hub) rather than of the input: one line, exit 2."""
+    from tunebench.cli.diagnosis import environment_line
+
+    print(environment_line(exc), file=sys.stderr)
     return 2
 
 
@@ -236,8 +235,21 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
     return 0
 
 
+def _needs_hub(options, planning_only: bool) -> bool:
+    """Whether this command loads models (a dry run without predictions loads none)."""
+    return planning_only or options.preload_models or not options.dry_run or options.plan or options.skip_predicted_oom
+
+
 def _checked_run(options, planning_only: bool) -> int:
     experiments, device_type, gpus, memory_logging = plan(options)
+    if _needs_hub(options, planning_only):
+        from tunebench.execution.hub_access import hub_problems
+        from tunebench.experiment.models import resolve_model_source
+
+        hub_models = [e.model_name_or_path for e in experiments
+                      if resolve_model_source(e.model_name_or_path).kind == "hub"]
+        if problems := hub_problems(hub_models):
+            raise InputError(problems)
     if options.preload_models:
         from tunebench.execution.preparation import preload_models
         preload_models(experiments)
