@@ -11,6 +11,7 @@ from tunebench.errors import InputProblem
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
 from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
+from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
 from tunebench.experiment.ranges import range_problems
 from tunebench.experiment.spec import ExperimentSpec
@@ -93,10 +94,15 @@ def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
         source, where = sources.origin(spec, key)
         problems.append(InputProblem(source, where, problem, f"set {key} within that range"))
     try:
-        resolve_model_source(spec.model_name_or_path)
+        local = resolve_model_source(spec.model_name_or_path).kind == "local"
     except ValueError as exc:
         source, where = sources.origin(spec, "model_name_or_path")
         problems.append(InputProblem(source, where, str(exc), "use preset:<name>, a local dir or org/name"))
+        local = False
+    found = config_problem(spec.model_name_or_path) if local else None
+    if found:
+        source, where = sources.origin(spec, "model_name_or_path")
+        problems.append(InputProblem(source, where, *found))
     data_problem = data_source_problem(str(spec.value("data", "training_data_path")))
     if data_problem:
         source, where = sources.origin(spec, "training_data_path")
