@@ -326,3 +326,13 @@ def test_synthetic_data_beyond_the_bound_is_refused_before_it_is_built(tmp_path,
     code, err = run_cli(tmp_path, capsys, "--results_output_path", str(tmp_path / "out"), "--dry_run",
                         scenarios=[tiny_scenario(synthetic_num_samples=10**6, max_seq_len=2**20)])
     assert code == 2 and "synthetic_num_samples" in err and "synthetic tokens" in err
+
+
+def test_the_entrys_own_row_needs_no_identity_but_a_row_on_disk_does(tmp_path):
+    """The training entry writes results.json without the identity (the harness adds it): reading it back must not
+    call it damaged; a finished row on disk without experiment_id is (issue W: readback in one place)."""
+    from tunebench.results.summaries import read_row
+
+    (tmp_path / "results.json").write_text('{"status": "ok", "train_loss": 1.5}')
+    assert read_row(tmp_path, required=()) == {"status": "ok", "train_loss": 1.5}
+    assert read_row(tmp_path) is None

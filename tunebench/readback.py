@@ -95,10 +95,11 @@ def identity_problem(data: dict, path: str | Path, required: tuple[str, ...] = (
     return None
 
 
-def load_experiment_file(path: str | Path) -> dict:
-    """An experiment's spec.json / results.json / config.json: an object whose identity keys are well typed."""
+def load_experiment_file(path: str | Path, required: tuple[str, ...] = ("experiment_id",)) -> dict:
+    """An experiment's spec.json / results.json / config.json: an object whose identity keys are well typed (the
+    training entry's own results.json has none yet: the harness adds them, `required=()`)."""
     data = load_json(path, dict)
-    problem = identity_problem(data, path)
+    problem = identity_problem(data, path, required)
     if problem:
         raise problem
     return data

@@ -148,7 +148,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
                     for tracker in _harness_trackers(options)]
         outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
                               time_limit(experiment, options))
-    produced = results.read_row(folder)
+    produced = results.read_row(folder, required=())  # the entry's row: the identity is the harness's to add
     stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
         row.update(produced)

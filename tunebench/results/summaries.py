@@ -48,11 +48,11 @@ def write_row(folder: Path, row: dict[str, Any], root: Path | None = None) -> No
     write_atomic(folder / RESULTS_FILE, json.dumps(row, indent=2, sort_keys=True, default=str))
 
 
-def _read_row(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _read_row(folder: Path, required: tuple[str, ...] = ("experiment_id",)) -> tuple[dict[str, Any] | None, str | None]:
     """(the row in a folder's results.json, None) or (None, why it is unusable); (None, None) when there is none."""
     path = folder / RESULTS_FILE
     try:
-        return load_experiment_file(path), None
+        return load_experiment_file(path, required), None
     except FileNotFoundError:
         return None, None
     except Unreadable as exc:
@@ -60,10 +60,11 @@ def _read_row(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, str(exc)
 
 
-def read_row(folder: Path) -> dict[str, Any] | None:
+def read_row(folder: Path, required: tuple[str, ...] = ("experiment_id",)) -> dict[str, Any] | None:
     """The row in a folder's results.json; None when there is none or it is unusable (not a JSON object, an
-    identity key of the wrong type: treated as not done, the experiment runs again)."""
-    return _read_row(folder)[0]
+    identity key missing or of the wrong type: treated as not done, the experiment runs again). The training
+    entry's row, before the harness completes it, has no identity yet (`required=()`)."""
+    return _read_row(folder, required)[0]
 
 
 def _incomplete_row(folder: Path, reason: str | None = None) -> dict[str, Any] | None:
