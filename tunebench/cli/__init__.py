@@ -198,6 +198,12 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
 
         experiments = [replace(e, repeat=k) for k in range(1, options.repeats + 1) for e in experiments]
     settings = run_options(options, gpus, memory_logging, predictions)
+    if device_type == "cpu":  # before the preload server starts: its forks keep the OpenMP pool it makes
+        import os
+
+        from tunebench.execution.launchers.base import CPU_WAIT_POLICY
+
+        os.environ.setdefault("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
     with stop_on_signals(), results_lock(output_dir):
         if options.overwrite and not options.dry_run:
             removed = results_folder.remove_previous_results(output_dir)
