@@ -23,7 +23,7 @@ class Range:
     def problem(self, value) -> str | None:
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value in self.also:
             return None
-        ok = math.isfinite(value)
+        ok = isinstance(value, int) or math.isfinite(value)  # a 400-digit int is finite, and too large for a float
         if ok and self.low is not None:
             ok = value > self.low if self.low_open else value >= self.low
         if ok and self.high is not None:

@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
 SPEC_FILES = ("spec.json", "config.json")  # config.json: experiment folders of earlier versions
+FINISHED_ROW_KEYS = ("experiment_id", "status")  # what a row the harness completed always holds
 
 # Always in benchmarks.csv (when present), after the columns that vary across experiments: the steady-state
 # figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
@@ -48,7 +49,7 @@ def write_row(folder: Path, row: dict[str, Any], root: Path | None = None) -> No
     write_atomic(folder / RESULTS_FILE, json.dumps(row, indent=2, sort_keys=True, default=str))
 
 
-def _read_row(folder: Path, required: tuple[str, ...] = ("experiment_id",)) -> tuple[dict[str, Any] | None, str | None]:
+def _read_row(folder: Path, required: tuple[str, ...] = FINISHED_ROW_KEYS) -> tuple[dict[str, Any] | None, str | None]:
     """(the row in a folder's results.json, None) or (None, why it is unusable); (None, None) when there is none."""
     path = folder / RESULTS_FILE
     try:
@@ -60,7 +61,7 @@ def _read_row(folder: Path, required: tuple[str, ...] = ("experiment_id",)) -> t
         return None, str(exc)
 
 
-def read_row(folder: Path, required: tuple[str, ...] = ("experiment_id",)) -> dict[str, Any] | None:
+def read_row(folder: Path, required: tuple[str, ...] = FINISHED_ROW_KEYS) -> dict[str, Any] | None:
     """The row in a folder's results.json; None when there is none or it is unusable (not a JSON object, an
     identity key missing or of the wrong type: treated as not done, the experiment runs again). The training
     entry's row, before the harness completes it, has no identity yet (`required=()`)."""
