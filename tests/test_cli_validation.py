@@ -131,3 +131,13 @@ def test_an_unknown_key_from_another_tool_suggests_its_name_here(tmp_path, capsy
     assert code == 2
     assert f"arguments.{typed}: unknown argument (fix: did you mean {meant!r}?)" in err
     assert "local_rank" not in err
+
+
+@pytest.mark.parametrize("timeout", [1e12, 10**30, ".inf"])
+def test_a_huge_scenario_timeout_is_refused_before_anything_runs(tmp_path, capsys, timeout):
+    """Issue W: a huge finite timeout passed validation, then Process.join raised OverflowError in every row."""
+    raw = ("scenarios:\n  - name: s\n    timeout: " + str(timeout) + "\n    arguments:\n"
+           "      model_name_or_path: [preset:llama-tiny]\n")
+    code, err, out_dir = run_cli(tmp_path, capsys, scenarios=[], raw_scenarios=raw)
+    assert code == 2 and not out_dir.exists()
+    assert "scenarios[0] (s).timeout: expected seconds > 0 and <= 2,592,000, got " in err

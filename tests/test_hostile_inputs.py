@@ -499,3 +499,13 @@ def test_a_scenarios_file_that_is_a_list_is_one_problem(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[1:] == [f"  - {tmp_path / 'scenarios.yaml'}: <top level>: expected a mapping, got list "
                                     "(fix: write `scenarios:` with `- name: ...` entries (and `data_processing:`))"]
+
+
+def test_compare_takes_a_results_directory_as_reference(finished, tmp_path, capsys):
+    """Issue W: `compare --reference <results dir>` was refused ("expects a CSV"); it reads the folder as --results
+    does, its step samples included."""
+    out = _copy(finished, tmp_path)
+    code, err = _compare(finished[1], out, capsys)
+    assert code == 0, err
+    summary = (out / "compare" / "summary.md").read_text()
+    assert f"reference: `{finished[1]}`" in summary and "1 experiment folders of" in summary
