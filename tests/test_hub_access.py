@@ -24,7 +24,7 @@ def _response(status: int):
 
 
 def _raising(exc):
-    def probe(model):
+    def probe(model, **kwargs):
         raise exc
     return probe
 
@@ -58,8 +58,8 @@ def test_an_unreachable_hub_is_exit_2_in_one_line_without_retries(tmp_path):
      "model: org/name: gated on the hub: its licence must be accepted by a logged-in user (fix: accept it at "
      "https://huggingface.co/org/name, then `hf auth login` or set HF_TOKEN)"),
     (RepositoryNotFoundError("nope", response=_response(404)),
-     "model: org/name: not found on the hub (or private) (fix: check the id at https://huggingface.co/org/name; for "
-     "a private model `hf auth login` or set HF_TOKEN; or use a local folder with config.json, or a preset:<name>)"),
+     "model: org/name: not found on the hub (or private) (fix: check the id at https://huggingface.co/org/name; if "
+     "private, `hf auth login` or set HF_TOKEN; or use a local folder with config.json, or a preset:<name>)"),
     (HfHubHTTPError("busy", response=_response(503)),
      "model: org/name: the hub answered HTTP 503 (fix: try again later, or use a local folder with config.json, or "
      "a preset:<name>)"),
@@ -120,3 +120,30 @@ def test_a_machine_fault_names_its_cause(exc, start):
     line = environment_line(exc)
     assert line.startswith(start) and "\n" not in line
     assert ("free space" in line) == (exc.errno == errno.ENOSPC)
+
+
+def test_a_hub_dataset_is_asked_about_too(monkeypatch):
+    from tunebench.execution.hub_access import dataset_problems
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_access, "_endpoint", lambda: "https://huggingface.co")
+    (problem,) = dataset_problems(["org/data"], probe=_raising(RepositoryNotFoundError("no", response=_response(404))))
+    assert str(problem) == ("data: org/data: not found on the hub (or private) (fix: check the id at "
+                            "https://huggingface.co/datasets/org/data; if private, `hf auth login` or set HF_TOKEN; "
+                            "or use 'synthetic' or a local .json/.jsonl/.parquet file)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the datasets library reads its own cache
+    assert dataset_problems(["org/data"], probe=_raising(AssertionError("asked"))) == []
+
+
+def test_an_unreachable_hub_dataset_stops_a_run_before_anything_runs(tmp_path, capsys, monkeypatch):
+    from tunebench import cli
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.dataset_info", _raising(ConnectionRefusedError(111, "refused")))
+    options = write_inputs(tmp_path, [tiny_scenario(training_data_path="org/data")])
+    assert cli.main([*options, "--results_output_path", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "  - data: org/data: cannot connect to the hub (network, proxy or firewall): " in err
+    assert not (tmp_path / "out").exists()

@@ -25,6 +25,9 @@ def offline_requested() -> bool:
                for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+_OTHER_DATA = "'synthetic' or a local .json/.jsonl/.parquet file"
+
+
 def _cached(model: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
@@ -54,28 +57,57 @@ def network_cause(exc: BaseException) -> str | None:
     return None
 
 
-def _problem(model: str, exc: Exception) -> InputProblem:
+def _problem(name: str, exc: Exception, kind: str = "model") -> InputProblem:
+    """The cause of a failed request about a hub model (or, `kind="data"`, a hub dataset), with its fix."""
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
     endpoint = _endpoint()
+    page = f"{endpoint}/{'datasets/' if kind == 'data' else ''}{name}"
+    other = _OTHER_SOURCES if kind == "model" else _OTHER_DATA
     if isinstance(exc, GatedRepoError):
-        return InputProblem("model", model, "gated on the hub: its licence must be accepted by a logged-in user",
-                            f"accept it at {endpoint}/{model}, then `hf auth login` or set HF_TOKEN")
+        return InputProblem(kind, name, "gated on the hub: its licence must be accepted by a logged-in user",
+                            f"accept it at {page}, then `hf auth login` or set HF_TOKEN")
     if isinstance(exc, RepositoryNotFoundError):
-        return InputProblem("model", model, "not found on the hub (or private)",
-                            f"check the id at {endpoint}/{model}; for a private model `hf auth login` or set HF_TOKEN;"
-                            f" or use {_OTHER_SOURCES}")
+        return InputProblem(kind, name, "not found on the hub (or private)",
+                            f"check the id at {page}; if private, `hf auth login` or set HF_TOKEN; or use {other}")
     cause = network_cause(exc)
     if cause:
-        cached = _cached(model)
-        fix = ("it is in the hub cache: set HF_HUB_OFFLINE=1 to use that copy" if cached else
-               f"connect to {endpoint}, or use {_OTHER_SOURCES}")
-        return InputProblem("model", model, f"{cause}: {endpoint}", fix)
+        if kind == "model" and _cached(name):
+            fix = "it is in the hub cache: set HF_HUB_OFFLINE=1 to use that copy"
+        else:
+            fix = f"connect to {endpoint}, or use {other}" + ("" if kind == "model" else
+                                                              " (HF_HUB_OFFLINE=1 uses a copy cached here before)")
+        return InputProblem(kind, name, f"{cause}: {endpoint}", fix)
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
-        return InputProblem("model", model, f"the hub answered HTTP {exc.response.status_code}",
-                            f"try again later, or use {_OTHER_SOURCES}")
-    return InputProblem("model", model, f"cannot ask the hub: {type(exc).__name__}: {exc}".splitlines()[0],
-                        f"use {_OTHER_SOURCES}")
+        return InputProblem(kind, name, f"the hub answered HTTP {exc.response.status_code}",
+                            f"try again later, or use {other}")
+    return InputProblem(kind, name, f"cannot ask the hub: {type(exc).__name__}: {exc}".splitlines()[0],
+                        f"use {other}")
+
+
+def _hub_probe(function: str):
+    """One metadata request to the hub (huggingface_hub's `model_info` or `dataset_info`), bounded in time."""
+    import huggingface_hub
+
+    def probe(name: str):
+        return getattr(huggingface_hub, function)(name, timeout=PROBE_SECONDS)
+
+    return probe
+
+
+def dataset_problems(datasets: list[str], probe=None) -> list[InputProblem]:
+    """One problem per hub dataset id the hub cannot serve now (offline, HF_HUB_OFFLINE: the datasets library reads
+    its own cache, and says so quickly when a dataset is not there)."""
+    if not datasets or offline_requested():
+        return []
+    probe = probe or _hub_probe("dataset_info")
+    problems = []
+    for name in sorted(set(datasets)):
+        try:
+            probe(name)
+        except Exception as exc:  # as for models: a cause to name
+            problems.append(_problem(name, exc, "data"))
+    return problems
 
 
 def _endpoint() -> str:
@@ -89,12 +121,7 @@ def hub_problems(models: list[str], probe=None) -> list[InputProblem]:
     use. `probe(model)` asks the hub for the model's metadata (default: huggingface_hub.model_info)."""
     if not models:
         return []
-    if probe is None:
-        from huggingface_hub import model_info
-
-        def probe(model):
-            return model_info(model, timeout=PROBE_SECONDS)
-
+    probe = probe or _hub_probe("model_info")
     problems = []
     for model in sorted(set(models)):
         if offline_requested():
