@@ -141,3 +141,17 @@ def test_a_huge_scenario_timeout_is_refused_before_anything_runs(tmp_path, capsy
     code, err, out_dir = run_cli(tmp_path, capsys, scenarios=[], raw_scenarios=raw)
     assert code == 2 and not out_dir.exists()
     assert "scenarios[0] (s).timeout: expected seconds > 0 and <= 2,592,000, got " in err
+
+
+@pytest.mark.parametrize("command", ["plan", "verify", "compare", "report"])
+def test_each_subcommand_prints_its_own_help_with_defaults(capsys, command):
+    """Issue W: `plan --help` printed benchmark.py's help; no help showed defaults."""
+    try:
+        code = cli.main([command, "--help"])
+    except SystemExit as exc:  # benchmark.py's own parser (plan) exits as argparse does
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"usage: benchmark.py {command} ")
+    shown = {"plan": "(default: 3600.0)", "verify": "(default: 0.03)", "compare": "--no_charts",
+             "report": "--reference REFERENCE"}[command]
+    assert shown in " ".join(out.split())

@@ -113,3 +113,14 @@ def numbers_problem(values: Any, path: str | Path, key: str) -> Unreadable | Non
     if bad is not None or any(isinstance(v, bool) for v in values):
         return Unreadable(path, key, f"expected finite numbers, found {json.dumps(bad, default=str)[:40]}")
     return None
+
+
+def read_tail(path: str | Path, limit: int = 2**20) -> str:
+    """The last `limit` bytes of a log as text (a run that printed gigabytes is still classified in a moment)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

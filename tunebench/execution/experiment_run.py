@@ -16,6 +16,7 @@ from tunebench.execution.processes import run_process, stop_reason
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
+from tunebench.readback import read_tail
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
 from tunebench.telemetry.trackers import NvidiaSidecarTracker, SidecarSettings
@@ -161,7 +162,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
         row["error_messages"] = (f"interrupted: tunebench was stopped by {stopped_by} while this experiment ran "
                                  "(its process group was killed); it runs again on resume")
     else:
-        stderr_text = (folder / "stderr.log").read_text(errors="replace")
+        stderr_text = read_tail(folder / "stderr.log")  # the cause is at the end; the log may be huge
         row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
     row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
     row["experiment_start_unix"] = outcome.started_unix
