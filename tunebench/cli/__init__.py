@@ -257,19 +257,11 @@ def _needs_hub(options, planning_only: bool) -> bool:
 def _checked_run(options, planning_only: bool) -> int:
     experiments, device_type, gpus, memory_logging = plan(options)
     if _needs_hub(options, planning_only):
-        from tunebench.execution.hub_access import hub_problems
-        from tunebench.experiment.models import resolve_model_source
+        from tunebench.execution.hub_access import matrix_problems
 
-        hub_models = [e.model_name_or_path for e in experiments
-                      if resolve_model_source(e.model_name_or_path).kind == "hub"]
-        problems = hub_problems(hub_models)
-        if not (options.dry_run or planning_only or options.no_data_processing):  # the data is built: it is read
-            from tunebench.execution.hub_access import dataset_problems
-            from tunebench.experiment.data import dataset_fingerprint
-
-            paths = [str(e.value("data", "training_data_path")) for e in experiments]
-            problems += dataset_problems([p for p in paths if dataset_fingerprint(p)["kind"] == "hub"])
-        if problems:
+        # The data is read from the hub only when a run builds it.
+        if problems := matrix_problems(experiments, data=not (options.dry_run or planning_only
+                                                               or options.no_data_processing)):
             raise InputError(problems)
     if options.preload_models:
         from tunebench.execution.preparation import preload_models

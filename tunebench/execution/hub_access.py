@@ -143,3 +143,13 @@ def hub_problems(models: list[str], probe=None) -> list[InputProblem]:
                                          f"choose a model repository with config.json, or use {_OTHER_SOURCES}"))
         logger.debug("hub: %s reachable", model)
     return problems
+
+
+def matrix_problems(experiments, data: bool) -> list[InputProblem]:
+    """The hub models of a matrix, and with `data` its hub datasets, asked about once each."""
+    from tunebench.experiment.data import dataset_fingerprint
+    from tunebench.experiment.models import resolve_model_source
+
+    models = [e.model_name_or_path for e in experiments if resolve_model_source(e.model_name_or_path).kind == "hub"]
+    paths = [str(e.value("data", "training_data_path")) for e in experiments] if data else []
+    return hub_problems(models) + dataset_problems([p for p in paths if dataset_fingerprint(p)["kind"] == "hub"])
