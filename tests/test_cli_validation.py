@@ -155,3 +155,21 @@ def test_each_subcommand_prints_its_own_help_with_defaults(capsys, command):
     shown = {"plan": "(default: 3600.0)", "verify": "(default: 0.03)", "compare": "--no_charts",
              "report": "--reference REFERENCE"}[command]
     assert shown in " ".join(out.split())
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"model_type": "llama", "num_hidden_layers": 1000000}',
+     "config.json: num_hidden_layers: expected a whole number in [0, 512], got 1000000"),
+    ("{not json", "config.json: not JSON ("),
+    ("[1, 2]", "config.json: expected a JSON object, got array"),
+])
+def test_plan_refuses_a_local_config_it_could_not_use(tmp_path, capsys, text, message):
+    """Issue W: `plan` on a million-layer config never finished; a config.json that is not JSON launched a doomed
+    experiment."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(text)
+    options = write_inputs(tmp_path, [tiny_scenario(model_name_or_path=[str(tmp_path / "model")])])
+    assert cli.main(["plan", *options, "--results_output_path", str(tmp_path / "out")]) == 2
+    (problem,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert f"arguments.model_name_or_path: {tmp_path / 'model' / message}" in problem
+    assert not (tmp_path / "out").exists()
