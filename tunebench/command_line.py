@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from tunebench.bounds import Range
 from tunebench.errors import InputProblem
@@ -68,10 +67,3 @@ def unranged(parser: argparse.ArgumentParser, ranges: dict[str, Range]) -> list[
     """The parser's int/float options with no entry in `ranges`."""
     return [action.option_strings[0] for action in parser._actions
             if action.type in (int, float) and action.option_strings[0] not in ranges]
-
-
-def print_problems(prog: str, problems: list[InputProblem]) -> int:
-    """Print each problem on one line (nothing was run) and return exit code 2."""
-    for problem in problems:
-        print(f"{prog}: {problem}", file=sys.stderr)
-    return 2

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +68,6 @@ _KINDS = {dict: "object", list: "array", str: "string", int: "number", float: "n
           type(None): "null"}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 # The identity every experiment file carries, and what each key must hold (absent keys are the writer's choice).
 IDENTITY_CHECKS = {
     "experiment_id": ("a non-empty string", lambda v: isinstance(v, str) and bool(v)),
@@ -103,16 +98,6 @@ def load_experiment_file(path: str | Path, required: tuple[str, ...] = ("experim
     if problem:
         raise problem
     return data
-
-
-def numbers_problem(values: Any, path: str | Path, key: str) -> Unreadable | None:
-    """Whether `values` is a list of finite numbers (a run's step seconds, a sample)."""
-    if not isinstance(values, list):
-        return Unreadable(path, key, f"expected a list of numbers, got {_KINDS.get(type(values), 'a value')}")
-    bad = next((v for v in values if not _is_number(v)), None)
-    if bad is not None or any(isinstance(v, bool) for v in values):
-        return Unreadable(path, key, f"expected finite numbers, found {json.dumps(bad, default=str)[:40]}")
-    return None
 
 
 def read_tail(path: str | Path, limit: int = 2**20) -> str:
