@@ -1,5 +1,6 @@
 """Bad input gives one clear message per problem, exit code 2, nothing launched and nothing written."""
 
+import os
 import sys
 
 import pytest
@@ -102,7 +103,7 @@ def test_a_second_harness_on_the_same_results_folder_is_refused(tmp_path, capsys
     with results_lock(out):  # another harness holds the folder
         code = cli.main([*options, "--results_output_path", str(out), "--dry_run"])
     err = capsys.readouterr().err
-    assert code == 2 and "results folder in use by" in err and '"pid"' in err
+    assert code == 2 and f"results folder in use by pid {os.getpid()} on " in err
     assert not list(out.glob("full_*"))  # nothing planned, written or launched
     assert cli.main([*options, "--results_output_path", str(out), "--dry_run"]) == 0  # free again
 
@@ -115,3 +116,60 @@ def test_executor_ray_without_ray_is_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "ray", raising=False)  # imported by an earlier test of this process
     code, err, out = run_cli(tmp_path, capsys, "--executor", "ray", scenarios=[tiny_scenario()])
     assert code == 2 and "Ray is not installed" in err and "pip install -e '.[ray]'" in err and not out.exists()
+
+
+@pytest.mark.parametrize("typed,meant", [
+    ("lora_rank", "r"), ("lora_r", "r"), ("rank", "r"), ("alpha", "lora_alpha"),
+    ("lora_target_modules", "target_modules"), ("lora_dropout_p", "lora_dropout"), ("max_seq_length", "max_seq_len"),
+    ("model_name", "model_name_or_path"), ("batch_size", "per_device_train_batch_size"),
+    ("grad_accum", "gradient_accumulation_steps"), ("dataset_path", "training_data_path"),
+    ("data_path", "training_data_path"), ("lr", "learning_rate"), ("num_epochs", "num_train_epochs"),
+])
+def test_an_unknown_key_from_another_tool_suggests_its_name_here(tmp_path, capsys, typed, meant):
+    """Issue W: `lora_rank: 8` suggested the Trainer's `local_rank`; the LoRA rank is `r`."""
+    code, err, _ = run_cli(tmp_path, capsys, scenarios=[tiny_scenario(**{typed: 8})])
+    assert code == 2
+    assert f"arguments.{typed}: unknown argument (fix: did you mean {meant!r}?)" in err
+    assert "local_rank" not in err
+
+
+@pytest.mark.parametrize("timeout", [1e12, 10**30, ".inf"])
+def test_a_huge_scenario_timeout_is_refused_before_anything_runs(tmp_path, capsys, timeout):
+    """Issue W: a huge finite timeout passed validation, then Process.join raised OverflowError in every row."""
+    raw = ("scenarios:\n  - name: s\n    timeout: " + str(timeout) + "\n    arguments:\n"
+           "      model_name_or_path: [preset:llama-tiny]\n")
+    code, err, out_dir = run_cli(tmp_path, capsys, scenarios=[], raw_scenarios=raw)
+    assert code == 2 and not out_dir.exists()
+    assert "scenarios[0] (s).timeout: expected seconds > 0 and <= 2,592,000, got " in err
+
+
+@pytest.mark.parametrize("command", ["plan", "verify", "compare", "report"])
+def test_each_subcommand_prints_its_own_help_with_defaults(capsys, command):
+    """Issue W: `plan --help` printed benchmark.py's help; no help showed defaults."""
+    try:
+        code = cli.main([command, "--help"])
+    except SystemExit as exc:  # benchmark.py's own parser (plan) exits as argparse does
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"usage: benchmark.py {command} ")
+    shown = {"plan": "(default: 3600.0)", "verify": "(default: 0.03)", "compare": "--no_charts",
+             "report": "--reference REFERENCE"}[command]
+    assert shown in " ".join(out.split())
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"model_type": "llama", "num_hidden_layers": 1000000}',
+     "config.json: num_hidden_layers: expected a whole number in [0, 512], got 1000000"),
+    ("{not json", "config.json: not JSON ("),
+    ("[1, 2]", "config.json: expected a JSON object, got array"),
+])
+def test_plan_refuses_a_local_config_it_could_not_use(tmp_path, capsys, text, message):
+    """Issue W: `plan` on a million-layer config never finished; a config.json that is not JSON launched a doomed
+    experiment."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(text)
+    options = write_inputs(tmp_path, [tiny_scenario(model_name_or_path=[str(tmp_path / "model")])])
+    assert cli.main(["plan", *options, "--results_output_path", str(tmp_path / "out")]) == 2
+    (problem,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert f"arguments.model_name_or_path: {tmp_path / 'model' / message}" in problem
+    assert not (tmp_path / "out").exists()

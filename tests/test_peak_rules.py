@@ -184,3 +184,36 @@ def test_cuda_dropout_keeps_a_one_byte_mask_and_follows_the_recompute():
     y.backward()
     assert x.grad is not None
     assert torch.nn.functional.dropout(x, 0.0, True) is x  # p = 0 is the identity on CUDA too
+
+
+def test_a_checkpoint_input_dying_after_the_meter_is_removed_reaches_no_torn_down_tracker(monkeypatch):
+    """verify's teardown (issue W): a checkpointed layer's input outlives the tracked step; its release must not
+    ask the tracker (gone by then: `'NoneType' object has no attribute '_curr_mem_snap'`)."""
+    import gc
+    import sys
+
+    from tunebench.verify.peak_rules import SavedTensorMeter
+
+    layer = torch.nn.Linear(4, 4)
+    layer.gradient_checkpointing = True
+    model = torch.nn.Sequential(layer)
+    tracker = {"alive": True}
+
+    def current_total() -> int:
+        if not tracker["alive"]:
+            raise AttributeError("'NoneType' object has no attribute '_curr_mem_snap'")
+        return 0
+
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: raised.append(info.exc_value))
+    meter = SavedTensorMeter(model, ScannerRules(current_total, block=512), block=512)
+    x = torch.randn(2, 4)
+    with meter.hooks():
+        model(x)
+    assert meter.total == 512  # the input is held while the step runs
+    meter.remove()
+    tracker["alive"] = False
+    del x
+    gc.collect()
+    assert raised == []
+    assert meter.max == 512

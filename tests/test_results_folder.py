@@ -176,7 +176,13 @@ def test_a_corrupt_results_json_is_not_done_and_runs_again(tmp_path, caplog):
     ([], {"steady_target_ci_pct": -1}, "arguments.steady_target_ci_pct: -1.0 is out of range: expected > 0"),
     ([], {"steady_max_cv": 0}, "arguments.steady_max_cv: 0.0 is out of range: expected > 0"),
     ([], {"steady_min_steps": 0}, "arguments.steady_min_steps: 0 is out of range: expected >= 1"),
-    ([], {"max_steps": 0}, "arguments.max_steps: 0 is out of range: expected >= 1 (or -1)"),
+    ([], {"max_steps": 0}, "arguments.max_steps: 0 is out of range: expected >= 1 and <= 1,000,000,000 (or -1)"),
+    ([], {"r": 10**6}, "arguments.r: 1000000 is out of range: expected >= 1 and <= 65,536"),
+    (["--timeout", "1e12"], {}, "--timeout: out of range: 1000000000000.0 (fix: give a value > 0 and <= 2,592,000)"),
+    (["--repeats", "1000000000"], {}, "--repeats: out of range: 1000000000 (fix: give a value >= 1 and <= 100)"),
+    (["--slurm_time_limit", "1e9"], {}, "--slurm_time_limit/--slurm-time-limit: invalid int value: '1e9'"),
+    (["--slurm_time_limit", "100000"], {}, "--slurm_time_limit: out of range: 100000"),
+    (["--cpu_slots", "100000"], {}, "--cpu_slots: out of range: 100000"),
     ([], {"per_device_train_batch_size": 0}, "arguments.per_device_train_batch_size: expected a whole number >= 1, got 0"),
     ([], {"lora_dropout": 1.0}, "arguments.lora_dropout: 1.0 is out of range: expected >= 0 and < 1"),
     ([], {"training_data_path": "data/missing.jsonl"}, "local file 'data/missing.jsonl' does not exist"),
@@ -186,8 +192,11 @@ def test_a_corrupt_results_json_is_not_done_and_runs_again(tmp_path, caplog):
 ])
 def test_out_of_range_values_are_exit_2_naming_the_key(tmp_path, capsys, extra, arguments, expected):
     out = tmp_path / "out"
-    code, err = run_cli(tmp_path, capsys, "--results_output_path", str(out), "--dry_run", *extra,
-                        scenarios=[tiny_scenario(**arguments)])
+    try:
+        code, err = run_cli(tmp_path, capsys, "--results_output_path", str(out), "--dry_run", *extra,
+                            scenarios=[tiny_scenario(**arguments)])
+    except SystemExit as exc:  # argparse: a value that is no number at all
+        code, err = exc.code, capsys.readouterr().err
     assert code == 2 and expected in err, err
     assert "Traceback" not in err and not out.exists()
 
@@ -210,9 +219,9 @@ def test_memory_logging_all_starts_the_sidecar(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--tolerance", "-1"], "--tolerance -1.0: must be a fraction > 0"),
+    (["--tolerance", "-1"], "--tolerance -1.0: out of range (fix: give a value > 0 and <= 1)"),
     (["--model", "preset:no-such-model"], "--model: unknown preset 'preset:no-such-model'"),
-    (["--batch", "0"], "--batch 0: must be >= 1"),
+    (["--batch", "0"], "--batch 0: out of range (fix: give a value >= 1 and <= 4,096)"),
     (["--model", "org/hub-model"], "verify builds models offline"),
 ])
 def test_verify_refuses_bad_options_at_once(capsys, argv, expected):
@@ -317,3 +326,13 @@ def test_synthetic_data_beyond_the_bound_is_refused_before_it_is_built(tmp_path,
     code, err = run_cli(tmp_path, capsys, "--results_output_path", str(tmp_path / "out"), "--dry_run",
                         scenarios=[tiny_scenario(synthetic_num_samples=10**6, max_seq_len=2**20)])
     assert code == 2 and "synthetic_num_samples" in err and "synthetic tokens" in err
+
+
+def test_the_entrys_own_row_needs_no_identity_but_a_row_on_disk_does(tmp_path):
+    """The training entry writes results.json without the identity (the harness adds it): reading it back must not
+    call it damaged; a finished row on disk without experiment_id is (issue W: readback in one place)."""
+    from tunebench.results.summaries import read_row
+
+    (tmp_path / "results.json").write_text('{"status": "ok", "train_loss": 1.5}')
+    assert read_row(tmp_path, required=()) == {"status": "ok", "train_loss": 1.5}
+    assert read_row(tmp_path) is None

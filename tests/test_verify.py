@@ -26,11 +26,33 @@ def test_verify_on_cpu_agrees_with_memtracker(tmp_path, capsys, extra):
     timer_seconds = result["step_seconds"][int(result["reported_step"]) - 1]
     assert abs(result["reported_step_seconds"] - timer_seconds) < 0.25 * timer_seconds + 0.1
     assert "scanner vs MemTracker" in printed and "activations" in printed
+    lines = printed.splitlines()
+    assert "  category        scanner bytes  MemTracker bytes  difference" in lines
+    assert lines[-1] == "verdict: PASS: every category within ±3.00 % of MemTracker"
+    assert "difference = (scanner - MemTracker) / MemTracker" in printed
+    assert "{'train_runtime'" not in printed and "gemm_4bit" not in printed  # no library noise
 
 
-def test_verify_bad_options_exit_2(capsys):
-    assert cli.main(["verify", "--device", "cpu", "--steps", "4"]) == 2
-    assert "--steps" in capsys.readouterr().err
+@pytest.mark.parametrize("argv,line", [
+    (["--steps", "4"], "benchmark.py verify: --steps 4: out of range (fix: give a value >= 5 and <= 10,000)"),
+    (["--tolerance", "nan"], "benchmark.py verify: --tolerance nan: out of range (fix: give a value > 0 and <= 1)"),
+    (["--batch", "100000"], "benchmark.py verify: --batch 100000: out of range (fix: give a value >= 1 and <= 4,096)"),
+    (["--steps", "10000", "--batch", "4096", "--seq", "1024"],
+     "benchmark.py verify: --steps × --batch × --grad_accum × --seq = 41,943,040,000 tokens, more than the "
+     "134,217,728 verify builds in memory (fix: smaller values)"),
+    (["--steps", "x"], "benchmark.py verify: argument --steps: invalid int value: 'x' (fix: see `benchmark.py verify "
+     "--help`)"),
+])
+def test_verify_bad_options_exit_2_in_one_line(capsys, argv, line):
+    assert cli.main(["verify", "--device", "cpu", *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_verify_refuses_a_local_model_whose_config_is_not_json(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{not json")
+    assert cli.main(["verify", "--device", "cpu", "--model", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"benchmark.py verify: --model: {tmp_path / 'config.json'}: not JSON (")
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tunebench.cli.options import (
     CPU_SCENARIOS,
+    MAX_RUNS,
     OPTION_RANGES,
     REPO_ROOT,
     booleans,
@@ -18,6 +19,7 @@ from tunebench.cli.options import (
     sbatch_arguments,
     split,
 )
+from tunebench.command_line import option_problems
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.guard import HarnessStopped, results_lock, stop_on_signals
@@ -75,11 +77,7 @@ def plan(options: argparse.Namespace):
     memory_logging |= {"huggingface"} if options.log_memory_hf else set()
     problems += results_folder.check(options.results_output_path)
     sbatch_arguments(options.slurm_extra, problems)
-    for option, allowed in OPTION_RANGES.items():
-        value = getattr(options, option.lstrip("-"))
-        if allowed.problem(value):
-            problems.append(InputProblem("command line", option, f"out of range: {value}",
-                                        f"give a value {allowed.describe()}"))
+    problems += option_problems(options, OPTION_RANGES)
     if options.executor != "local" and not options.dry_run:
         from tunebench.execution.executors import make_executor
 
@@ -103,10 +101,20 @@ def plan(options: argparse.Namespace):
     defaults = {**defaults, "memory_logging": ",".join(sorted(memory_logging)) or "none"}
     experiments = expand(selected, framework_configs, defaults, scenario_file.data_processing, matrices,
                          device_type, accelerate_config, problems, scenarios_source=scenarios_path)
+    if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
+        raise InputError([InputProblem("command line", "--repeats" if options.repeats > 1 else "matrix",
+                                       f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
+                                       f"than the {MAX_RUNS:,} runs one command takes",
+                                       "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
     sources = Sources(defaults, options.defaults_config_path, {s.name: s.arguments for s in selected},
                       scenarios_path, scenario_file.data_processing, options.framework_configs_path)
     experiments, found = validate(experiments, sources, cuda_here=bool(gpus))
     problems += found
+    if not experiments and not problems:
+        slow = not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
+        problems.append(InputProblem(scenarios_path, "scenarios", "the matrix has no experiment to run",
+                                     "pass --include_slow (every scenario is `slow: true`)" if slow else
+                                     "add a scenario, or check the matrix options"))
     if problems:
         raise InputError(problems)
     if options.executor != "local" and not options.dry_run:
@@ -157,11 +165,10 @@ def _input_error(exc: InputError) -> int:
 
 
 def _environment_error(exc: OSError) -> int:
-    """A filesystem fault (read-only, full, permissions) while writing results: one line, exit 2."""
-    where = f": {exc.filename}" if exc.filename else ""
-    print(f"tunebench: cannot write{where}: {exc.strerror or exc} (fix: free space or choose a writable "
-          "--results_output_path); nothing was left half-written and every finished experiment's results are kept",
-          file=sys.stderr)
+    """A fault of the machine (disk full, permissions, an unreachable hub) rather than of the input: one line, exit 2."""
+    from tunebench.cli.diagnosis import environment_line
+
+    print(environment_line(exc), file=sys.stderr)
     return 2
 
 
@@ -192,6 +199,12 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
 
         experiments = [replace(e, repeat=k) for k in range(1, options.repeats + 1) for e in experiments]
     settings = run_options(options, gpus, memory_logging, predictions)
+    if device_type == "cpu":  # before the preload server starts: its forks keep the OpenMP pool it makes
+        import os
+
+        from tunebench.execution.launchers.base import CPU_WAIT_POLICY
+
+        os.environ.setdefault("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
     with stop_on_signals(), results_lock(output_dir):
         if options.overwrite and not options.dry_run:
             removed = results_folder.remove_previous_results(output_dir)
@@ -237,8 +250,20 @@ def _run(options, experiments, device_type, gpus, memory_logging, predictions) -
     return 0
 
 
+def _needs_hub(options, planning_only: bool) -> bool:
+    """Whether this command loads models (a dry run without predictions loads none)."""
+    return planning_only or options.preload_models or not options.dry_run or options.plan or options.skip_predicted_oom
+
+
 def _checked_run(options, planning_only: bool) -> int:
     experiments, device_type, gpus, memory_logging = plan(options)
+    if _needs_hub(options, planning_only):
+        from tunebench.execution.hub_access import matrix_problems
+
+        # The data is read from the hub only when a run builds it.
+        if problems := matrix_problems(experiments, data=not (options.dry_run or planning_only
+                                                               or options.no_data_processing)):
+            raise InputError(problems)
     if options.preload_models:
         from tunebench.execution.preparation import preload_models
         preload_models(experiments)
@@ -259,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         from importlib import import_module
         return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     planning_only = bool(argv) and argv[0] == "plan"
-    options = build_parser().parse_args(argv[1:] if planning_only else argv)
+    options = build_parser("benchmark.py plan" if planning_only else "benchmark.py").parse_args(
+        argv[1:] if planning_only else argv)
     logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A run starts processes (Ray, the preload server, experiments): a watchdog takes them all along if the
     # harness is killed. A dry run and `plan` start none.

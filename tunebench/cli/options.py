@@ -14,23 +14,28 @@ from pathlib import Path
 
 from transformers.hf_argparser import string_to_bool
 
+from tunebench.bounds import Range
+from tunebench.command_line import MAX_COUNT, MAX_MINUTES, SECONDS, Parser
 from tunebench.errors import InputProblem
-from tunebench.experiment.ranges import Range
 
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_SCENARIOS = "scenarios-cpu.yaml"
-# Ranges of numeric options, checked at the edge (exit 2, naming the option and its range).
+# Ranges of numeric options, checked at the edge (exit 2, naming the option and its range). Every int/float
+# option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
 OPTION_RANGES: dict[str, Range] = {
-    "--timeout": Range(0, low_open=True), "--nvidia_smi_loop_ms": Range(1), "--max_concurrent": Range(1),
-    "--cpu_slots": Range(0), "--ray_connect_timeout": Range(0, low_open=True), "--repeats": Range(1), "--slurm_time_limit": Range(1),
+    "--timeout": SECONDS, "--nvidia_smi_loop_ms": Range(1, 60_000), "--max_concurrent": Range(1, 4096),
+    "--cpu_slots": Range(0, 4096), "--ray_connect_timeout": Range(0, 3600, low_open=True),
+    "--repeats": Range(1, 100), "--slurm_time_limit": Range(1, MAX_MINUTES),
 }
+# Experiments of one command (matrix × repeats): each is validated, given a folder and a row before anything runs.
+MAX_RUNS = 10_000
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
                 "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list",
                 "--attn_implementation_matrix": "text list"}
-MATRIX_RANGE = Range(1)  # what `numbers` accepts
+MATRIX_RANGE = Range(1, MAX_COUNT)  # what `numbers` accepts
 _SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
@@ -52,9 +57,9 @@ def numbers(values: list[str] | None, option: str, problems: list[InputProblem])
         problems.append(InputProblem("command line", option, f"expected whole numbers, got {' '.join(items)!r}",
                                      f"e.g. {option} 1 2"))
         return None
-    if not found or any(n < 1 for n in found):
-        problems.append(InputProblem("command line", option, f"expected positive numbers, got {found}",
-                                     f"e.g. {option} 1 2"))
+    if not found or any(MATRIX_RANGE.problem(n) for n in found):
+        problems.append(InputProblem("command line", option, f"expected numbers {MATRIX_RANGE.describe()}, got "
+                                     f"{' '.join(items)[:80]}", f"e.g. {option} 1 2"))
         return None
     return found
 
@@ -87,9 +92,15 @@ def sbatch_arguments(values: list[str] | None, problems: list[InputProblem]) -> 
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmark.py", description="Run a fine-tuning benchmark matrix. "
-                                     + SUBCOMMAND_HELP + ".")
+PLAN_DESCRIPTION = ("Predict each experiment's memory (the matrix benchmark.py would run), print the table and "
+                    "write <results>/plan.csv; nothing runs. Takes benchmark.py's options.")
+
+
+def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
+    """benchmark.py's parser; `benchmark.py plan` has the same options under its own name and description."""
+    description = PLAN_DESCRIPTION if prog.endswith(" plan") else \
+        "Run a fine-tuning benchmark matrix. " + SUBCOMMAND_HELP + "."
+    parser = Parser(prog=prog, description=description)
 
     def opt(*names, **kw):  # every option also answers to its dash spelling
         parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)

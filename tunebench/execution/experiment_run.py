@@ -17,6 +17,7 @@ from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
+from tunebench.readback import read_tail
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
 from tunebench.telemetry.trackers import NvidiaSidecarTracker, SidecarSettings
@@ -106,7 +107,9 @@ def _clear_previous_attempt(folder: Path) -> None:
 
 def _harness_trackers(options: RunOptions) -> list:
     """The harness-side telemetry the options ask for (tunebench.telemetry.trackers)."""
-    trackers = []
+    from tunebench.telemetry.host_load import HostLoadTracker
+
+    trackers: list = [HostLoadTracker()]  # always: what else ran on the host is part of every measurement
     if options.log_nvidia_smi:
         trackers.append(NvidiaSidecarTracker(SidecarSettings(options.nvidia_smi_backend, options.nvidia_smi_loop_ms)))
     return trackers
@@ -149,7 +152,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
                     for tracker in _harness_trackers(options)]
         outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
                               time_limit(experiment, options))
-    produced = results.read_row(folder)
+    produced = results.read_row(folder, required=())  # the entry's row: the identity is the harness's to add
     stopped_by = stop_reason()
     if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
         row.update(produced)
@@ -160,7 +163,7 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
         row["error_messages"] = (f"interrupted: tunebench was stopped by {stopped_by} while this experiment ran "
                                  "(its process group was killed); it runs again on resume")
     else:
-        stderr_text = (folder / "stderr.log").read_text(errors="replace")
+        stderr_text = read_tail(folder / "stderr.log")  # the cause is at the end; the log may be huge
         row["status"], row["error_messages"] = classify(outcome.returncode, outcome.timed_out, stderr_text, folder)
     row["experiment_wall_seconds"] = round(outcome.wall_seconds, 3)
     row["experiment_start_unix"] = outcome.started_unix

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import signal
 from pathlib import Path
+
+from tunebench.readback import Unreadable, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +56,14 @@ def classify(returncode: int | None, timed_out: bool, stderr_text: str, folder: 
     rank_errors = []
     for path in sorted(folder.glob("error_rank*.json")):
         try:
-            rank_errors.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
+            error = load_json(path, dict)
+        except (OSError, Unreadable) as exc:
+            logger.warning("%s: left out of the failure's cause", exc)
             continue
+        # The keys read below, typed: a damaged file must not turn the classification into a traceback.
+        rank_errors.append({"rank": error["rank"] if isinstance(error.get("rank"), int) else 0,
+                            "status": error["status"] if error.get("status") in ("oom", "error", "timeout") else "error",
+                            "error_messages": str(error.get("error_messages", ""))})
     if timed_out:
         return "timeout", "experiment exceeded its timeout and was killed\n" + last_traceback(stderr_text)[-1000:]
     killed = _killed_rank(stderr_text, {e.get("rank") for e in rank_errors})

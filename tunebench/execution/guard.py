@@ -27,6 +27,19 @@ class HarnessStopped(KeyboardInterrupt):
         self.signum = signum
 
 
+def lock_holder(text: str) -> str:
+    """Who holds the lock, from the note its holder wrote (pid, host, since); any other content, however long or
+    strange, is not repeated: a lock file is read back like every file the harness wrote."""
+    try:
+        note = json.loads(text)
+    except ValueError:
+        note = None
+    if not isinstance(note, dict):
+        return "another process (its note in the lock file is unreadable)" if text.strip() else "another process"
+    fields = {k: str(note.get(k))[:80].replace("\n", " ") for k in ("pid", "host", "since") if note.get(k) is not None}
+    return "pid {pid} on {host} since {since}".format_map({"pid": "?", "host": "?", "since": "?", **fields})
+
+
 @contextlib.contextmanager
 def results_lock(folder: Path):
     """Claim `folder` (tunebench.results.folder.claim) and hold an exclusive lock on it for the whole run; a
@@ -38,13 +51,14 @@ def results_lock(folder: Path):
     claim(folder)
     path = folder / LOCK_FILE
     # O_NOFOLLOW: a link planted in the lock's place is refused, never written through.
-    handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644), "a+")
+    handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644), "a+",
+                       errors="replace")
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = lock_holder(handle.read(4096))
             problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {holder}",
                                    "wait for that harness to finish, or choose another --results_output_path")
             raise InputError([problem]) from None

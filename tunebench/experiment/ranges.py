@@ -4,61 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-from dataclasses import dataclass
 from typing import Any
+
+from tunebench.bounds import Range
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric argument may take: [low, high], either end open or absent, plus exceptions."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    also: tuple = ()  # values allowed outside the range (max_steps -1: train by epochs)
-
-    def problem(self, value) -> str | None:
-        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value in self.also:
-            return None
-        ok = math.isfinite(value)
-        if ok and self.low is not None:
-            ok = value > self.low if self.low_open else value >= self.low
-        if ok and self.high is not None:
-            ok = value < self.high if self.high_open else value <= self.high
-        return None if ok else f"{value} is out of range: expected {self.describe()}"
-
-    def describe(self) -> str:
-        def number(value: float) -> str:
-            return f"{int(value):,}" if float(value).is_integer() else repr(value)
-
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {number(self.low)}")
-        if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {number(self.high)}")
-        text = " and ".join(parts) or "a finite number"
-        return text + "".join(f" (or {v})" for v in self.also)
-
-
-# The entry's own numeric arguments (tunebench.experiment.arguments).
+# The entry's own numeric arguments (tunebench.experiment.arguments). Every range is finite: NaN and infinities
+# are outside all of them, and the upper ends are far above any real run (a value past them is a typo).
+_STEPS = 10**9
 ENTRY_RANGES: dict[str, Range] = {
-    "max_seq_len": Range(1, 2**21), "synthetic_num_samples": Range(1, 10**7), "synthetic_min_len": Range(0),
-    "r": Range(1), "lora_alpha": Range(1), "lora_dropout": Range(0, 1, high_open=True), "num_virtual_tokens": Range(1),
-    "steady_warmup_steps": Range(0), "steady_min_steps": Range(1), "steady_max_cv": Range(0, low_open=True),
-    "steady_target_ci_pct": Range(0, low_open=True),
+    "max_seq_len": Range(1, 2**21), "synthetic_num_samples": Range(1, 10**7), "synthetic_min_len": Range(0, 2**21),
+    "r": Range(1, 2**16), "lora_alpha": Range(1, 2**20), "lora_dropout": Range(0, 1, high_open=True),
+    "num_virtual_tokens": Range(1, 2**16), "steady_warmup_steps": Range(0, _STEPS), "steady_min_steps": Range(1, _STEPS),
+    "steady_max_cv": Range(0, 100, low_open=True), "steady_target_ci_pct": Range(0, 100, low_open=True),
 }
 # The Trainer's (SFTConfig's) numeric arguments that decide what a step is: their fields carry no range of
 # their own, so tunebench states them here. A value outside fails in seconds with the key, not an hour in.
 TRAINER_RANGES: dict[str, Range] = {
-    "max_steps": Range(1, also=(-1,)), "num_train_epochs": Range(0, low_open=True),
-    "per_device_train_batch_size": Range(1), "gradient_accumulation_steps": Range(1),
-    "learning_rate": Range(0), "weight_decay": Range(0), "max_grad_norm": Range(0), "warmup_steps": Range(0),
-    "warmup_ratio": Range(0, 1), "dataloader_num_workers": Range(0), "seed": Range(0, 2**32 - 1),
-    "logging_steps": Range(0, low_open=True), "save_steps": Range(0, low_open=True),
+    "max_steps": Range(1, _STEPS, also=(-1,)), "num_train_epochs": Range(0, 10**6, low_open=True),
+    "per_device_train_batch_size": Range(1, 2**20), "gradient_accumulation_steps": Range(1, 2**20),
+    "learning_rate": Range(0, 10**3), "weight_decay": Range(0, 10**3), "max_grad_norm": Range(0), "warmup_steps": Range(0, _STEPS),
+    "warmup_ratio": Range(0, 1), "dataloader_num_workers": Range(0, 1024), "seed": Range(0, 2**32 - 1),
+    "logging_steps": Range(0, _STEPS, low_open=True), "save_steps": Range(0, _STEPS, low_open=True),
 }
 # Synthetic rows are built in the harness's memory before anything launches (~40 bytes a token as Python lists).
 MAX_SYNTHETIC_TOKENS = 2**27

@@ -144,10 +144,13 @@ class ExperimentSpec:
 
 def read_entry(path: str | Path) -> dict[str, dict[str, Any]]:
     """The child's typed values from a spec.json; ValueError naming the file when it is not one."""
+    from tunebench.readback import load_json
+
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable spec.json ({exc})") from None
-    if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION or not isinstance(data.get("entry"), dict):
+        data = load_json(path)
+    except (OSError, ValueError) as exc:  # readback.Unreadable is a ValueError naming the file and the reason
+        raise ValueError(f"{path}: not a readable spec.json ({getattr(exc, 'reason', exc)})") from None
+    if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION or not isinstance(data.get("entry"), dict) \
+            or not all(isinstance(group, dict) for group in data["entry"].values()):
         raise ValueError(f"{path}: not a spec.json of this tunebench (spec_version {SPEC_VERSION})")
     return data["entry"]

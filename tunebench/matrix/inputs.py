@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from tunebench.command_line import SECONDS
 from tunebench.errors import InputProblem
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
 
@@ -97,11 +98,17 @@ def _expect_mapping(value: Any, source: str, key: str, problems: list[InputProbl
 
 
 def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFile:
+    known = len(problems)
     data = load_yaml(path, problems)
     source = str(path)
     if data is None:
+        if len(problems) == known:  # an empty file (an unreadable one is a problem already)
+            problems.append(InputProblem(source, "-", "the file is empty", "add `scenarios:` with `- name: ...` entries"))
         return ScenarioFile([], {})
-    data = _expect_mapping(data, source, "<top level>", problems)
+    if not isinstance(data, dict):  # one line: what follows from it (no `scenarios:`) is no second problem
+        problems.append(InputProblem(source, "<top level>", f"expected a mapping, got {type(data).__name__}",
+                                     "write `scenarios:` with `- name: ...` entries (and `data_processing:`)"))
+        return ScenarioFile([], {})
     unknown = set(data) - {"scenarios", "data_processing"}
     for key in sorted(unknown):
         problems.append(InputProblem(source, key, "unknown top-level key", "use `scenarios:` and `data_processing:`"))
@@ -143,9 +150,9 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
         timeout = entry.get("timeout")
         # bool is an int: `timeout: true` must not become a 1-second limit.
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not 0 < timeout < float("inf")):
-            problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds > 0, got {timeout!r}",
-                                         "e.g. `timeout: 600`, or leave it out to use --timeout"))
+                                    or SECONDS.problem(timeout)):
+            problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds {SECONDS.describe()}, got "
+                                         f"{timeout!r}", "e.g. `timeout: 600`, or leave it out to use --timeout"))
             timeout = None
         arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
         scenarios.append(Scenario(name, list(fcs), dict(arguments), slow, exclusive,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -13,10 +12,12 @@ from tunebench.experiment import acceleration
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
 from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
+from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
 from tunebench.experiment.ranges import range_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
+from tunebench.matrix.aliases import suggestion
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
     for key in experiment.arguments:
         if key not in known:
             source, where = sources.origin(experiment, key)
-            close = difflib.get_close_matches(str(key), known, n=1)
-            fix = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
+            close = suggestion(key, known)
+            fix = f"did you mean {close!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
             problems.append(InputProblem(source, where, "unknown argument", fix))
     if "max_length" in experiment.arguments:
         source, where = sources.origin(experiment, "max_length")
@@ -94,10 +95,15 @@ def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
         source, where = sources.origin(spec, key)
         problems.append(InputProblem(source, where, problem, f"set {key} within that range"))
     try:
-        resolve_model_source(spec.model_name_or_path)
+        local = resolve_model_source(spec.model_name_or_path).kind == "local"
     except ValueError as exc:
         source, where = sources.origin(spec, "model_name_or_path")
         problems.append(InputProblem(source, where, str(exc), "use preset:<name>, a local dir or org/name"))
+        local = False
+    found = config_problem(spec.model_name_or_path) if local else None
+    if found:
+        source, where = sources.origin(spec, "model_name_or_path")
+        problems.append(InputProblem(source, where, *found))
     data_problem = data_source_problem(str(spec.value("data", "training_data_path")))
     if data_problem:
         source, where = sources.origin(spec, "training_data_path")

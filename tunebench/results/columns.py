@@ -271,11 +271,14 @@ REGISTRY: tuple[Column, ...] = (
     _k("driver_version", ENVIRONMENT, "-", S_ENV, "NVIDIA driver"),
     _k("<package>_version", ENVIRONMENT, "-", S_ENV, "torch, transformers, trl, peft, accelerate, datasets"),
     _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
+    _k("host_cpu_count", ENVIRONMENT, "count", S_ENV, "logical CPUs of the host that ran the experiment (`os.cpu_count()`)"),
     # ---------------------------------------------------------------- bookkeeping
     _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
     _k("experiment_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the harness launched the experiment"),
     _k("experiment_end_unix", BOOKKEEPING, "s", S_BOOK, "unix time its process group was gone"),
     _k("executor", BOOKKEEPING, "-", S_BOOK, "`local`, `ray` or `slurm`"),
+    _k("host_load_avg_1m", BOOKKEEPING, "-", S_BOOK, "highest 1-minute load average of the host while the experiment "
+       "ran (sampled every 2 s); above `host_cpu_count` on a CPU run: a `host loaded` measurement warning"),
     _k("repeat", BOOKKEEPING, "count", S_BOOK, "which run of the experiment this row is (`--repeats`: 1..N)"),
     _k("repeats", BOOKKEEPING, "count", S_BOOK, "ok runs of this experiment in the results folder (when more than one)"),
     _m("steady_nonpad_tokens_per_second_olympic", "tokens/s", HIGHER, "throughput", S_BOOK,

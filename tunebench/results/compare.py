@@ -346,7 +346,7 @@ def compare_paths(
     except ValueError as exc:
         raise CompareInputError(str(exc)) from None
     results_csv = resolve_results_csv(results)
-    ref_df, new_df = load_csv(reference, "reference"), load_csv(results_csv, "results")
+    ref_df, new_df = load_csv(resolve_results_csv(reference, "reference"), "reference"), load_csv(results_csv, "results")
     (ref_runs, ref_where), (new_runs, new_where) = load_samples(reference), load_samples(results)
     result = compare_frames(
         ref_df,

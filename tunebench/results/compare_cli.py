@@ -1,4 +1,4 @@
-"""`benchmark.py compare`: regression check of a results run against a reference CSV.
+"""`benchmark.py compare`: regression check of a results run against a reference (a CSV or a results directory).
 
 Usage: ``python benchmark.py compare --reference refs/cpu.csv --results results/ [--out DIR]
 [--keys a,b] [--threshold mfu=5 ...] [--min_effect time=3 ...] [--direction train_loss=ignore ...]
@@ -13,6 +13,7 @@ import argparse
 import logging
 import sys
 
+from tunebench.command_line import Parser
 from tunebench.results import compare_rules as rules
 from tunebench.results.compare import CompareInputError, compare_paths
 from tunebench.results.samples import write_reference
@@ -21,8 +22,9 @@ logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
-    p.add_argument("--reference", help="reference CSV (e.g. refs/cpu.csv); its step samples: <name>.samples.json")
+    p = Parser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
+    p.add_argument("--reference", help="reference: a CSV (e.g. refs/cpu.csv; its step samples: <name>.samples.json) or "
+                   "a results directory (its raw_summary.csv and experiment folders, like --results)")
     p.add_argument(
         "--results",
         required=True,

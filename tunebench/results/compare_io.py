@@ -16,14 +16,15 @@ class CompareInputError(ValueError):
     """Bad input (missing file, malformed CSV, no common key...): the message names the file and the fix."""
 
 
-def resolve_results_csv(path: str | os.PathLike) -> Path:
-    """A results directory means ``<dir>/raw_summary.csv``; a file is used as is."""
+def resolve_results_csv(path: str | os.PathLike, role: str = "results") -> Path:
+    """A results directory means ``<dir>/raw_summary.csv``; a file is used as is (for --results and --reference)."""
     p = Path(path)
     if p.is_dir():
         p = p / "raw_summary.csv"
         if not p.is_file():
             raise CompareInputError(
-                f"{p}: no raw_summary.csv in the results directory; run the benchmark first or pass the CSV path"
+                f"{role} {p}: no raw_summary.csv in the results directory; run the benchmark first or pass the CSV "
+                "path"
             )
     return p
 
@@ -32,7 +33,8 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
     """Read one harness CSV, raising CompareInputError with the file name and the fix on any problem."""
     p = Path(path)
     if not p.is_file():
-        raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV)")
+        raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV or a "
+                                "results directory)")
     try:
         # experiment_id is a hex hash: one that happens to be all digits must not become a number (and lose
         # its leading zeros), or its step samples would not be found.

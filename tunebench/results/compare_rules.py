@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from tunebench.bounds import Range
 from tunebench.results import columns
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,10 @@ def _parse_assignments(items: list[str] | None, option: str) -> dict[str, str]:
     return parsed
 
 
+# A threshold or minimum effect in percent: NaN, infinities and values no change could reach are refused.
+PERCENT_RANGE = Range(0, 10_000)
+
+
 def parse_thresholds(items: list[str] | None, option: str = "--threshold") -> dict[str, float]:
     """``["mfu=5", "memory=20%"]`` -> ``{"mfu": 5.0, "memory": 20.0}`` (percent); also ``--min_effect``."""
     result: dict[str, float] = {}
@@ -132,8 +137,8 @@ def parse_thresholds(items: list[str] | None, option: str = "--threshold") -> di
             pct = float(value.rstrip("%"))
         except ValueError:
             raise ValueError(f"{option} {name}={value}: the value must be a percentage, e.g. {name}=10") from None
-        if not pct >= 0 or math.isinf(pct):
-            raise ValueError(f"{option} {name}={value}: the value must be a finite percentage >= 0")
+        if PERCENT_RANGE.problem(pct):
+            raise ValueError(f"{option} {name}={value}: the value must be a percentage {PERCENT_RANGE.describe()}")
         result[name] = pct
     return result
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from tunebench.errors import InputProblem
+from tunebench.readback import Unreadable, load_experiment_file
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "std
 # nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
 EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
 _REPO = Path(__file__).resolve().parents[2]
-_REPEAT_SUFFIX = re.compile(r"-r\d+$")  # the k-th repeat's folder: <scenario>_<id>-r<k>
+REPEAT_SUFFIX = re.compile(r"-r\d+$")  # the k-th repeat's folder: <scenario>_<id>-r<k>
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9._+-]+_[0-9a-f]{12}(-r\d+)?")  # ExperimentSpec.folder_name's form
+IDENTITY_FILES = ("spec.json", "config.json", "results.json")  # config.json: folders of earlier versions
 
 
 def _is_temp_leftover(name: str) -> bool:
@@ -54,15 +57,41 @@ def _identity(folder: Path) -> dict | None:
     """The experiment a folder holds, read from its own files; None when it is not an experiment folder."""
     if folder.is_symlink() or not folder.is_dir():
         return None
-    for name in ("spec.json", "config.json", "results.json"):  # config.json: folders of earlier versions
+    for name in IDENTITY_FILES:
         try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
+            data = load_experiment_file(folder / name)
+        except (OSError, Unreadable):
             continue
-        if isinstance(data, dict) and isinstance(data.get("experiment_id"), str) and data["experiment_id"] \
-                and _REPEAT_SUFFIX.sub("", folder.name).endswith("_" + data["experiment_id"]):
+        if REPEAT_SUFFIX.sub("", folder.name).endswith("_" + data["experiment_id"]):
             return data
     return None
+
+
+def _damage(folder: Path) -> str | None:
+    """Why a folder named as an experiment's, holding its files, is not recognised as one; None when it is fine or
+    is not an experiment's folder at all."""
+    if folder.is_symlink() or not folder.is_dir() or not _EXPERIMENT_NAME.fullmatch(folder.name) \
+            or _identity(folder) is not None:
+        return None
+    for name in IDENTITY_FILES:
+        try:
+            data = load_experiment_file(folder / name)
+        except FileNotFoundError:
+            continue
+        except (OSError, Unreadable) as exc:
+            return str(exc)
+        return f"{folder / name}: experiment_id: {data['experiment_id']!r} is not the one the folder name ends with"
+    return None
+
+
+def damaged_experiment_folders(root: Path) -> dict[Path, str]:
+    """{folder: reason} for every folder of `root` named as an experiment's whose spec.json / results.json cannot
+    say which experiment it holds (never adopted: nothing in them is removed or overwritten)."""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return {}
+    return {entry: reason for entry in entries if (reason := _damage(entry))}
 
 
 def is_experiment_folder(folder: Path) -> bool:

@@ -12,7 +12,6 @@ numerics.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from tunebench.experiment.spec import BASELINE, SPEC_FILE
+from tunebench.readback import Unreadable, load_json
 from tunebench.results.folder import experiment_folders
 
 logger = logging.getLogger(__name__)
@@ -52,12 +52,10 @@ class Trajectory:
 def _read(folder: Path) -> Trajectory | None:
     """The folder's trajectory, or None when it has no complete, readable one."""
     try:
-        spec = json.loads((folder / SPEC_FILE).read_text())
-        steps = json.loads((folder / STEPS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(spec, dict) or not isinstance(steps, list):
-        return None
+        spec = load_json(folder / SPEC_FILE, dict)
+        steps = load_json(folder / STEPS_FILE, list)
+    except (OSError, Unreadable):
+        return None  # an unreadable folder's row says so already (summaries); no parity is guessed for it
     losses = {}
     for record in steps:
         if isinstance(record, dict) and isinstance(record.get("step"), int) and _finite(record.get("loss")):

@@ -5,7 +5,6 @@ Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--
 
 from __future__ import annotations
 
-import argparse
 import html
 import logging
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tunebench.command_line import Parser
 from tunebench.fileio import write_atomic
 from tunebench.results import charts, pareto, report_comparison, report_predictions, report_tune
 from tunebench.results import compare as cmp
@@ -255,7 +255,7 @@ def write_report(
     """Render ``results`` (dir or CSV) to ``out`` (default ``<results dir>/report.html``); returns the path."""
     csv = resolve_results_csv(results)
     df = load_csv(csv, "results")
-    ref = load_csv(reference, "reference") if reference is not None else None
+    ref = load_csv(resolve_results_csv(reference, "reference"), "reference") if reference is not None else None
     samples = (load_samples(reference)[0], load_samples(results)[0]) if reference is not None else (None, None)
     page = build_report(df, str(csv), ref, samples)
     path = Path(out) if out is not None else csv.parent / "report.html"
@@ -265,10 +265,10 @@ def write_report(
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: 0 = report written, 2 = usage or input error."""
-    p = argparse.ArgumentParser(prog="benchmark.py report", description=__doc__.splitlines()[0])
+    p = Parser(prog="benchmark.py report", description=__doc__.splitlines()[0])
     p.add_argument("results", help="results directory (uses raw_summary.csv) or a CSV")
     p.add_argument("--out", default=None, help="HTML file to write (default: <results dir>/report.html)")
-    p.add_argument("--reference", default=None, help="also compare with this reference CSV")
+    p.add_argument("--reference", default=None, help="also compare with this reference: a CSV or a results directory")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
@@ -277,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         path = write_report(args.results, args.out, args.reference)
     except CompareInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the report's folder read-only, full or not ours to write
+        print(f"error: cannot write {exc.filename or args.out or 'the report'}: {exc.strerror or exc} (fix: --out "
+              "a writable path)", file=sys.stderr)
         return 2
     print(f"report written to {path}", file=sys.stderr)
     return 0

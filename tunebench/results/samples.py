@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tunebench.fileio import write_atomic
+from tunebench.readback import Unreadable, load_experiment_file, load_json
 from tunebench.results.compare_io import CompareInputError, load_csv
 from tunebench.results.folder import RAW_SUMMARY, experiment_folders
 
@@ -55,7 +56,10 @@ def steady_seconds(steps, where: str) -> np.ndarray:
     """The steady steps' seconds of one steps.json, in step order."""
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise ValueError(f"{where}: expected a list of step records")
-    ordered = sorted((s for s in steps if s.get("steady") is True), key=lambda s: s.get("step", 0))
+    steady = [s for s in steps if s.get("steady") is True]
+    if not all(isinstance(s.get("step", 0), int) and not isinstance(s.get("step"), bool) for s in steady):
+        raise ValueError(f"{where}: expected whole step numbers")
+    ordered = sorted(steady, key=lambda s: s.get("step", 0))
     return _positive_seconds([s.get("seconds") for s in ordered], where)
 
 
@@ -63,9 +67,9 @@ def read_sidecar(path: Path) -> Runs:
     """The runs of a `<csv stem>.samples.json`; CompareInputError naming the file and the fix when malformed."""
     fix = "regenerate it with `benchmark.py compare --write_reference <csv> --results <dir>`, or delete it"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CompareInputError(f"step samples {path}: unreadable ({exc}); {fix}") from None
+        data = load_json(path)
+    except (OSError, Unreadable) as exc:
+        raise CompareInputError(f"step samples {path}: unreadable ({getattr(exc, 'reason', exc)}); {fix}") from None
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("experiments"), dict):
         raise CompareInputError(f"step samples {path}: expected {{\"version\": {VERSION}, \"experiments\": {{...}}}}; "
                                 f"{fix}")
@@ -85,12 +89,10 @@ def _identity(folder: Path) -> tuple[str, int] | None:
     """(experiment_id, repeat) of an experiment folder, from its own files."""
     for name in ("results.json", "spec.json", "config.json"):
         try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
+            data = load_experiment_file(folder / name)
+        except (OSError, Unreadable):
             continue
-        if isinstance(data, dict) and isinstance(data.get("experiment_id"), str):
-            repeat = data.get("repeat")
-            return data["experiment_id"], repeat if isinstance(repeat, int) and repeat > 0 else 1
+        return data["experiment_id"], data.get("repeat", 1)
     return None
 
 
@@ -112,7 +114,7 @@ def folder_runs(results_dir: Path) -> tuple[Runs, list[str]]:
     for (experiment, _), (_, folder) in sorted(newest.items()):
         path = folder / STEPS_FILE
         try:
-            run = steady_seconds(json.loads(path.read_text()), str(path))
+            run = steady_seconds(load_json(path, list), str(path))
             runs.setdefault(experiment, []).append(run)
         except FileNotFoundError:
             problems.append(f"{folder.name}: no {STEPS_FILE}")

@@ -10,8 +10,15 @@ from typing import Any
 import pandas as pd
 
 from tunebench.fileio import ensure_inside, write_atomic
+from tunebench.readback import Unreadable, load_experiment_file
 from tunebench.results import columns
-from tunebench.results.folder import BENCHMARKS, RAW_SUMMARY, experiment_folders
+from tunebench.results.folder import (
+    BENCHMARKS,
+    RAW_SUMMARY,
+    REPEAT_SUFFIX,
+    damaged_experiment_folders,
+    experiment_folders,
+)
 from tunebench.results.loss_parity import parity_columns
 from tunebench.results.repeats import repeat_columns
 
@@ -19,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
 SPEC_FILES = ("spec.json", "config.json")  # config.json: experiment folders of earlier versions
+FINISHED_ROW_KEYS = ("experiment_id", "status")  # what a row the harness completed always holds
 
 # Always in benchmarks.csv (when present), after the columns that vary across experiments: the steady-state
 # figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
@@ -43,42 +51,55 @@ def write_row(folder: Path, row: dict[str, Any], root: Path | None = None) -> No
     write_atomic(folder / RESULTS_FILE, json.dumps(row, indent=2, sort_keys=True, default=str))
 
 
-def read_row(folder: Path) -> dict[str, Any] | None:
-    """The row in a folder's results.json; None when there is none or it is not a JSON object (a corrupt
-    file is treated as not done: the experiment runs again)."""
+def _read_row(folder: Path, required: tuple[str, ...] = FINISHED_ROW_KEYS) -> tuple[dict[str, Any] | None, str | None]:
+    """(the row in a folder's results.json, None) or (None, why it is unusable); (None, None) when there is none."""
     path = folder / RESULTS_FILE
     try:
-        row = json.loads(path.read_text())
+        return load_experiment_file(path, required), None
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        logger.warning("%s is unreadable (%s): treated as not done", path, exc)
-        return None
-    if not isinstance(row, dict):
-        logger.warning("%s holds a JSON %s, not a row: treated as not done", path, type(row).__name__)
-        return None
-    return row
+        return None, None
+    except Unreadable as exc:
+        logger.warning("%s: treated as not done (it runs again on resume)", exc)
+        return None, str(exc)
 
 
-def _incomplete_row(folder: Path) -> dict[str, Any] | None:
-    """A launched experiment that left no row (its harness was killed): an error row from its config.json."""
+def read_row(folder: Path, required: tuple[str, ...] = FINISHED_ROW_KEYS) -> dict[str, Any] | None:
+    """The row in a folder's results.json; None when there is none or it is unusable (not a JSON object, an
+    identity key missing or of the wrong type: treated as not done, the experiment runs again). The training
+    entry's row, before the harness completes it, has no identity yet (`required=()`)."""
+    return _read_row(folder, required)[0]
+
+
+def _incomplete_row(folder: Path, reason: str | None = None) -> dict[str, Any] | None:
+    """A launched experiment that left no usable row (its harness was killed, or its results.json is damaged): an
+    error row from its spec.json."""
     if not (folder / "stdout.log").exists():
         return None  # planned by a dry run, never launched
     config = None
     for name in SPEC_FILES:
         try:
-            config = json.loads((folder / name).read_text())
+            config = load_experiment_file(folder / name)
             break
-        except (OSError, ValueError):
+        except (OSError, Unreadable):
             continue
     if not isinstance(config, dict):
         return None
     arguments = config.get("arguments") if isinstance(config.get("arguments"), dict) else {}
     identity = {k: v for k, v in config.items() if not isinstance(v, (dict, list))}
     identity.pop("spec_version", None)
-    return {**flatten_arguments(arguments), **identity, "status": "error",
-            "error_messages": "no results.json: the run was stopped before this experiment finished (the harness "
-                              "was killed); it runs again on resume"}
+    message = f"{reason}; it runs again on resume" if reason else \
+        "no results.json: the run was stopped before this experiment finished (the harness was killed); it runs " \
+        "again on resume"
+    return {**flatten_arguments(arguments), **identity, "status": "error", "error_messages": message}
+
+
+def _damaged_row(folder: Path, reason: str) -> dict[str, Any]:
+    """An error row for a folder named as an experiment's whose own files cannot say which one it is."""
+    scenario, _, experiment_id = REPEAT_SUFFIX.sub("", folder.name).rpartition("_")
+    repeat = REPEAT_SUFFIX.search(folder.name)
+    return {"experiment_id": experiment_id, "scenario": scenario, "repeat": int(repeat.group(0)[2:]) if repeat else 1,
+            "status": "error", "error_messages": f"{reason} (fix: remove that folder to run the experiment "
+                                                 "again)"}
 
 
 def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: bool = True) -> list[dict[str, Any]]:
@@ -89,11 +110,14 @@ def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: b
     time. Nothing here depends on the run that asks: the CSVs can always be rebuilt from the folders alone.
     """
     found: dict[tuple, tuple[float, str, dict[str, Any]]] = {}
-    for folder in experiment_folders(output_dir):
-        row = read_row(folder)
+    damaged = damaged_experiment_folders(output_dir)
+    for folder in [*experiment_folders(output_dir), *damaged]:
+        row, reason = _read_row(folder)
         stamp_file = folder / RESULTS_FILE
-        if row is None:
-            row = _incomplete_row(folder) if incomplete else None
+        if folder in damaged:
+            row, stamp_file = _damaged_row(folder, damaged[folder]), folder
+        elif row is None:
+            row = _incomplete_row(folder, reason) if incomplete else None
             stamp_file = folder / "stdout.log"
         if row is None or not row.get("experiment_id"):
             continue

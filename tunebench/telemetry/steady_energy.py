@@ -8,10 +8,11 @@ step to the end of the last steady step, and its non-padding tokens are those of
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from tunebench.readback import Unreadable, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +31,22 @@ def steady_window(steps: list[dict[str, Any]]) -> tuple[float, float, int] | Non
 
 
 def read_steps(folder: Path) -> list[dict[str, Any]]:
+    """The step records of a folder's steps.json; [] (with a warning naming the file) when it is unusable."""
+    path = folder / STEPS_FILE
     try:
-        return json.loads((folder / STEPS_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        steps = load_json(path, list)
+    except FileNotFoundError:
         return []
+    except (OSError, Unreadable) as exc:
+        logger.warning("%s: no steady energy for this experiment", exc)
+        return []
+    for i, step in enumerate(steps):
+        bad = next((k for k in ("step", "end_unix", "seconds", "nonpad_tokens") if not isinstance(step, dict)
+                    or not isinstance(step.get(k, 0), (int, float)) or isinstance(step.get(k), bool)), None)
+        if bad:
+            logger.warning("%s: [%d].%s: expected a number: no steady energy for this experiment", path, i, bad)
+            return []
+    return steps
 
 
 def steady_energy_columns(sidecar, folder: Path) -> dict[str, float | None]:

@@ -15,11 +15,12 @@ import argparse
 import importlib.util
 import json
 import logging
-import math
 import statistics
 import sys
 from pathlib import Path
 
+from tunebench.bounds import Range
+from tunebench.command_line import Parser, option_problems
 from tunebench.experiment.quantization import Quantization
 
 logger = logging.getLogger(__name__)
@@ -31,20 +32,28 @@ QUANTIZED_BASES = {
 }
 
 
+# Every numeric option's range (tunebench.command_line): NaN, infinities and absurd values are exit 2.
+VERIFY_RANGES = {"--batch": Range(1, 4096), "--seq": Range(1, 2**20), "--grad_accum": Range(1, 1024),
+                 "--steps": Range(5, 10_000), "--scan_step": Range(2, 1000), "--tolerance": Range(0, 1, low_open=True)}
+# The synthetic rows are built in memory before training (steps × batch × grad_accum rows of seq tokens).
+MAX_TOKENS = 2**27
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
+    p = Parser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)")
-    p.add_argument("--peft", choices=["none", "lora"], default="none")
-    p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--peft", choices=["none", "lora"], default="none", help="LoRA adapters on the attention projections")
+    p.add_argument("--gradient_checkpointing", action="store_true", help="checkpoint every decoder layer")
     p.add_argument("--quantization", choices=sorted(QUANTIZED_BASES), default="none",
                    help="a bitsandbytes-quantized base (with --peft lora), as the framework configs of that name")
     p.add_argument("--batch", type=int, default=None, help="micro-batch (default 8 on GPU, 2 on CPU)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default 1024 on GPU, 64 on CPU)")
-    p.add_argument("--grad_accum", type=int, default=1)
+    p.add_argument("--grad_accum", type=int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--steps", type=int, default=16, help="steps of the timing run (scan on step 4)")
-    p.add_argument("--scan_step", type=int, default=4)
-    p.add_argument("--tolerance", type=float, default=0.03, help="largest accepted relative difference")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--scan_step", type=int, default=4, help="the optimizer step scanned and tracked")
+    p.add_argument("--tolerance", type=float, default=0.03, help="largest accepted relative difference per category "
+                   "(0.03: ±3 %%)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto`: cuda when one is visible")
     p.add_argument("--out", default=None, help="also write the full result as JSON here")
     return p
 
@@ -72,7 +81,11 @@ def _trainer(model, args, callbacks, steps: int, batch: int, seq: int, grad_accu
         report_to=[], save_strategy="no", logging_strategy="no", logging_nan_inf_filter=False, disable_tqdm=True,
         dataloader_num_workers=0, accelerator_config={"non_blocking": True},
     )
-    return Trainer(model=model, args=training, train_dataset=rows, callbacks=callbacks)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer = Trainer(model=model, args=training, train_dataset=rows, callbacks=callbacks)
+    trainer.remove_callback(PrinterCallback)  # its dict of train metrics is not verify's output
+    return trainer
 
 
 def _model(args):
@@ -112,6 +125,9 @@ def _quant_state_reference(model, cuda: bool) -> int:
 def _memory_run(args, shape: dict) -> tuple[list[dict], int | None, int | None]:
     """Run 1: the scanner and MemTracker on one step, one peak instant for both (the scanner first, so it arms
     before MemTracker enters). Only plain numbers leave this function, so the run can be freed after it."""
+    from tunebench.verify.output import quiet_libraries
+
+    quiet_libraries()  # first: a spawned process (the parent's logging levels are not inherited); scanner imports peft
     import torch
 
     from scanner import Scanner
@@ -176,16 +192,19 @@ def verify(args) -> dict:
 
 def input_problem(args) -> str | None:
     """The first bad option, as one line naming it and the fix; None when every option is usable."""
+    from tunebench.experiment.model_config import config_problem
     from tunebench.experiment.models import resolve_model_source
 
-    if not (0 < args.tolerance < math.inf):
-        return f"--tolerance {args.tolerance}: must be a fraction > 0 (fix: e.g. --tolerance 0.03)"
-    for option in ("batch", "seq", "grad_accum", "steps"):
-        value = getattr(args, option)
-        if value is not None and value < 1:
-            return f"--{option} {value}: must be >= 1"
-    if args.scan_step < 2 or args.steps < args.scan_step + 3:
-        return "needs --scan_step >= 2 and --steps >= scan_step + 3 (fix: e.g. --steps 16)"
+    ranged = option_problems(args, VERIFY_RANGES)
+    if ranged:
+        return f"{ranged[0].key} {ranged[0].message.removeprefix('out of range: ')}: out of range (fix: " \
+               f"{ranged[0].fix})"
+    if args.steps < args.scan_step + 3:
+        return "needs --steps >= --scan_step + 3 (fix: e.g. --steps 16)"
+    tokens = args.steps * (args.batch or 8) * args.grad_accum * (args.seq or 1024)
+    if tokens > MAX_TOKENS:
+        return f"--steps × --batch × --grad_accum × --seq = {tokens:,} tokens, more than the {MAX_TOKENS:,} verify " \
+               "builds in memory (fix: smaller values)"
     try:
         resolve_model_source(args.model)
     except ValueError as exc:
@@ -196,11 +215,17 @@ def input_problem(args) -> str | None:
         return f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install 'tunebench[quant]')"
     if not args.model.startswith("preset:") and not Path(args.model).is_dir():
         return f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
+    found = None if args.model.startswith("preset:") else config_problem(args.model)
+    if found:
+        return f"--model: {found[0]} (fix: {found[1]})"
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+
+    from tunebench.fileio import write_atomic
+    from tunebench.verify.output import quiet_libraries, report
 
     parser = build_parser()
     try:
@@ -219,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args.batch = args.batch or (8 if args.cuda else 2)
     args.seq = args.seq or (1024 if args.cuda else 64)
     logging.basicConfig(level="WARNING")
+    quiet_libraries()
     try:
         result = verify(args)
     except torch.OutOfMemoryError as exc:
@@ -226,14 +252,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{str(exc).splitlines()[0][:200]} (fix: a smaller --batch or --seq, --gradient_checkpointing, or "
               "a GPU with more memory)", file=sys.stderr)
         return 1
-    print(f"scanner vs MemTracker, step {args.scan_step} of {args.model} ({result['device']}):")
-    for row in result["categories"]:
-        diff = "n/a" if row["difference"] is None else f"{100 * row['difference']:+.2f} %"
-        print(f"  {row['category']:<12} {row['scanner_bytes']:>16,} {row['memtracker_bytes']:>16,}  {diff}")
-    print(f"memory-scanned step vs median unscanned step: {100 * result['memory_step_overhead']:+.2f} %")
-    if result["reported_step_vs_median"] is not None:
-        print(f"reported (phase-timed) step vs median step:   {100 * result['reported_step_vs_median']:+.2f} %")
+    text, passed = report(result, args.tolerance)
+    print(text)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
-    bad = [r for r in result["categories"] if r["difference"] is None or abs(r["difference"]) > args.tolerance]
-    return 1 if bad else 0
+        write_atomic(args.out, json.dumps(result, indent=2))
+    return 0 if passed else 1

@@ -156,6 +156,7 @@ class SavedTensorMeter:
         layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
                   and not any(getattr(c, "gradient_checkpointing", False) is True for c in m.modules() if c is not m)]
         self.handles = [m.register_forward_pre_hook(self._checkpoint_inputs, with_kwargs=True) for m in layers]
+        self.finalizers: list[weakref.finalize] = []
         if rules is not None:
             # Recompute runs a checkpointed layer's children again inside backward (the scanner hooks them too)
             for layer in layers:
@@ -234,11 +235,17 @@ class SavedTensorMeter:
             return
         for value in (*args, *kwargs.values()):
             if isinstance(value, torch.Tensor) and self._hold(value):
-                weakref.finalize(value, self._release, value.untyped_storage()._cdata)
+                self.finalizers.append(weakref.finalize(value, self._release, value.untyped_storage()._cdata))
 
     def remove(self) -> None:
+        """Stop metering. Held tensors die later (a checkpoint input when the step's graph goes, at the latest at
+        exit), when the rules' tracker has been torn down: from here their release only updates this meter."""
         for handle in self.handles:
             handle.remove()
+        for finalizer in self.finalizers:
+            finalizer.detach()
+        self.finalizers.clear()
+        self.rules = None
 
 
 def _recompute_begin(rules: ScannerRules, layer: int):

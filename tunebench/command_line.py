@@ -1,0 +1,69 @@
+"""What every subcommand's command line shares: defaults in `--help`, a usage error in one line (exit 2), and one
+range check of numeric options that rules out NaN, infinities and absurd values, naming the option.
+
+Subcommands declare `{option: Range}` beside their parser and call `option_problems`; `unranged` lists the
+numeric options a parser declares without a range (a test keeps it empty for every subcommand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from tunebench.bounds import Range
+from tunebench.errors import InputProblem
+
+logger = logging.getLogger(__name__)
+
+# Above these a value is a typo, and worse: Process.join / threading waits overflow past ~2**31 s, and a Slurm
+# time limit is in minutes. 30 days is longer than any fine-tuning benchmark is meant to run.
+MAX_SECONDS = 30 * 24 * 3600
+MAX_MINUTES = MAX_SECONDS // 60
+MAX_COUNT = 2**20  # batch sizes, sequence lengths, steps of one option: more is never meant
+SECONDS = Range(0, MAX_SECONDS, low_open=True)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help plus each option's default, where it has one and its help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS, []) or "default" in text.lower() or not \
+                action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line naming the option and where to look, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (fix: see `{self.prog} --help`)\n")
+
+
+def _values(namespace: argparse.Namespace, option: str) -> list:
+    value = getattr(namespace, option.lstrip("-").replace("-", "_"), None)
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def option_problems(namespace: argparse.Namespace, ranges: dict[str, Range],
+                    source: str = "command line") -> list[InputProblem]:
+    """One problem per numeric option (every value of a list option) outside its range: NaN and ±inf always are."""
+    problems = []
+    for option, allowed in ranges.items():
+        for value in _values(namespace, option):
+            if allowed.problem(value):
+                problems.append(InputProblem(source, option, f"out of range: {value}",
+                                             f"give a value {allowed.describe()}"))
+                break
+    return problems
+
+
+def unranged(parser: argparse.ArgumentParser, ranges: dict[str, Range]) -> list[str]:
+    """The parser's int/float options with no entry in `ranges`."""
+    return [action.option_strings[0] for action in parser._actions
+            if action.type in (int, float) and action.option_strings[0] not in ranges]
