@@ -20,3 +20,11 @@ class _DropInt8CastNotice(_logging.Filter):
 
 
 _logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNotice())
+
+import warnings as _warnings
+
+# bitsandbytes compiles a kernel with torch.compile when imported (PEFT imports it whenever it is installed), which
+# imports inductor, which imports torch's own MKL-DNN module, whose class bodies use the deprecated
+# `torch.jit.script_method`: a DeprecationWarning from torch about torch, in every run, that neither the user nor
+# tunebench can act on. Only that message is silenced.
+_warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning)
