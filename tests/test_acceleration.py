@@ -178,3 +178,18 @@ def test_compile_watch_sees_real_dynamo_compilations():
         watch.remove()
     assert len(watch.events) == 2 and [e.recompile for e in watch.events] == [False, True]
     assert all(e.seconds > 0 and e.step == 1 for e in watch.events)
+
+
+def test_a_4bit_weight_counts_its_logical_elements_in_the_model_flops(tmp_path, monkeypatch):
+    """MFU of a quantized base: a packed 4-bit weight (numel n/2) does the matmul work of n elements, so the
+    model FLOPs of QLoRA equal LoRA's on the same architecture."""
+    from peft import LoraConfig, get_peft_model
+
+    from tunebench.experiment.flops import matmul_parameter_counts
+    from tunebench.experiment.models import load_model
+
+    monkeypatch.setenv("TUNEBENCH_CACHE", str(tmp_path))
+    lora = LoraConfig(r=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    plain = get_peft_model(load_model("preset:llama-tiny", "float32", seed=1), lora)
+    packed = get_peft_model(load_model("preset:llama-tiny", "float32", quantization=QLORA, seed=1), lora)
+    assert matmul_parameter_counts(packed) == matmul_parameter_counts(plain)

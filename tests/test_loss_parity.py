@@ -116,3 +116,19 @@ def test_a_setting_that_changes_the_numerics_is_flagged_and_reorderings_are_not(
     assert frame.loc["cross-attend", "loss_parity_max_rel_diff"] > 10 * TOLERANCE["float32"]
     assert "changes the numerics" in frame.loc["cross-attend", "measurement_warning"]
     assert "cross-attend" in proc.stdout  # the console's warning list names it
+
+
+def test_the_report_shows_parity_beside_the_speed_up():
+    from tunebench.results import report_acceleration
+
+    df = pd.DataFrame([
+        {"experiment_id": "b", "framework_config": "none", "_status": "ok", "loss_parity_baseline": "b",
+         "steady_nonpad_tokens_per_second": 100.0, "mem_peak_torch_max_allocated_bytes": 1000,
+         "loss_parity_max_rel_diff": 0.0, "loss_parity_ok": True},
+        {"experiment_id": "f", "framework_config": "fast", "_status": "ok", "loss_parity_baseline": "b",
+         "steady_nonpad_tokens_per_second": 150.0, "mem_peak_torch_max_allocated_bytes": 500,
+         "loss_parity_max_rel_diff": 0.05, "loss_parity_ok": False},
+    ])
+    text = report_acceleration.section(df, pd.Series(["base", "fast"]), pd.Series(["", ""]))
+    assert "1.50×" in text and "0.50×" in text and "5 % (beyond tolerance)" in text
+    assert text.count("<tr") == 2  # the header and the one accelerated row: the baseline is not beside itself

@@ -1,30 +1,7 @@
 """tunebench: a benchmark harness for LLM fine-tuning cost (throughput, memory, communication)."""
 
+from tunebench.library_noise import silence_known_noise
+
 __version__ = "0.1.0"
 
-import logging as _logging
-
-# bitsandbytes, imported by TRL/PEFT when installed, warns at import on CPUs with AVX512-BF16 that it could not
-# fetch an inference-only CPU kernel from a model hub: nothing tunebench runs uses it, and every harness start
-# and experiment would print it. Its errors still show.
-_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
-
-
-class _DropInt8CastNotice(_logging.Filter):
-    """bitsandbytes' 8-bit matmul logs "inputs will be cast ... to float16" on every call of every layer (tens of
-    thousands of lines a run, and the logging's own host time inside the measured step): a property of LLM.int8,
-    documented in the README, not news for each matmul."""
-
-    def filter(self, record: _logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
-
-
-_logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNotice())
-
-import warnings as _warnings
-
-# bitsandbytes compiles a kernel with torch.compile when imported (PEFT imports it whenever it is installed), which
-# imports inductor, which imports torch's own MKL-DNN module, whose class bodies use the deprecated
-# `torch.jit.script_method`: a DeprecationWarning from torch about torch, in every run, that neither the user nor
-# tunebench can act on. Only that message is silenced.
-_warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated", category=DeprecationWarning)
+silence_known_noise()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,17 @@ def routed_fraction(config) -> float | None:
     return getattr(config, "num_experts_per_tok", experts) / experts
 
 
+def logical_numel(param) -> int:
+    """The weight's elements as the matmul uses them: a 4-bit packed weight stores two in a byte (its numel is
+    half), its QuantState keeps the original shape; every other parameter (8-bit too) is its numel."""
+    shape = getattr(getattr(param, "quant_state", None), "shape", None)
+    return math.prod(shape) if shape is not None else param.numel()
+
+
 def _per_token(name: str, param, fraction: float | None) -> float:
     """A parameter's matmul work per token: routed experts (`.experts.` in its name) count at their routed share;
     shared experts and the router count whole."""
-    count = param.numel()
+    count = logical_numel(param)
     return count * fraction if fraction is not None and ".experts." in f".{name}" else count
 
 

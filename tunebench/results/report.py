@@ -15,7 +15,14 @@ import pandas as pd
 
 from tunebench.command_line import Parser
 from tunebench.fileio import write_atomic
-from tunebench.results import charts, pareto, report_comparison, report_predictions, report_tune
+from tunebench.results import (
+    charts,
+    pareto,
+    report_acceleration,
+    report_comparison,
+    report_predictions,
+    report_tune,
+)
 from tunebench.results import compare as cmp
 from tunebench.results import compare_rules as rules
 from tunebench.results import report_warnings as warn
@@ -227,6 +234,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
                _families(ok, "effective_batch_size", "per_device_train_batch_size"), "Memory vs effective batch size"),
         "<h2>Pareto front: tokens/s against memory and energy</h2>",
         _chart(pareto.pareto_chart, ok, ok["_label"], "Pareto front"),
+        report_acceleration.section(df, df["_label"], warnings),  # with its heading; none for older CSVs
         "<h2>Padding and attention kernels</h2>",
         _padding_section(df, warnings),
         "<h2>Memory: predicted before launch vs measured</h2>",

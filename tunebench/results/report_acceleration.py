@@ -1,0 +1,55 @@
+"""The report's acceleration section: each framework config beside its baseline, the speed-up and the peak
+change next to the loss parity, so a speed-up that came with other numerics is seen where the speed-up is."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from tunebench.results import report_warnings as warn
+from tunebench.results.report_html import omitted, table
+
+logger = logging.getLogger(__name__)
+
+THROUGHPUT = "steady_nonpad_tokens_per_second"
+PEAK = "mem_peak_torch_max_allocated_bytes"
+HEADING = "<h2>Acceleration against the baseline</h2>"
+
+
+def _ratio(value, base) -> str:
+    value, base = pd.to_numeric(value, errors="coerce"), pd.to_numeric(base, errors="coerce")
+    return f"{value / base:.2f}×" if pd.notna(value) and pd.notna(base) and base else "–"
+
+
+def _parity(row: pd.Series) -> str:
+    value = pd.to_numeric(row.get("loss_parity_max_rel_diff"), errors="coerce")
+    if pd.isna(value):
+        return "–"
+    ok = str(row.get("loss_parity_ok")).lower() == "true"
+    return f"{100 * value:.3g} %" + ("" if ok else " (beyond tolerance)")
+
+
+def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
+    """The section, heading included: a table of every ok row that has a baseline other than itself
+    (`loss_parity_baseline`); nothing for a CSV from before loss parity (the other sections still apply)."""
+    needed = {"loss_parity_baseline", "experiment_id", "framework_config"}
+    if not needed <= set(df.columns):
+        return ""
+    ok = df[df["_status"] == "ok"]
+    by_id = ok.drop_duplicates("experiment_id").set_index("experiment_id")
+    accelerated = ok[ok["loss_parity_baseline"].notna() & (ok["loss_parity_baseline"] != ok["experiment_id"])]
+    if accelerated.empty:
+        return HEADING + omitted("no framework config ran beside its baseline (framework config `none`) in this CSV")
+    rows = []
+    for i, row in accelerated.iterrows():
+        base = by_id.loc[row["loss_parity_baseline"]] if row["loss_parity_baseline"] in by_id.index else None
+        speedup = _ratio(row.get(THROUGHPUT), None if base is None else base.get(THROUGHPUT))
+        peak = _ratio(row.get(PEAK), None if base is None else base.get(PEAK))
+        rows.append([labels[i], row["framework_config"], warn.marked(speedup, warnings[i]), peak, _parity(row)])
+    note = ("<p>Each row against the same scenario's baseline (framework config <code>none</code>, the same "
+            "arguments but those the config sets). Loss parity: the largest relative difference of the per-step "
+            "loss; beyond the tolerance the row carries a measurement warning (README \"Loss parity\").</p>")
+    return HEADING + note + table(["experiment", "framework config", "speed-up (steady tokens/s)", "peak memory",
+                         "loss parity"], rows, numeric={2, 3, 4}, cls="acceleration",
+                        notes=[warn.row_note(warnings[i]) for i in accelerated.index])
