@@ -193,3 +193,19 @@ def test_a_4bit_weight_counts_its_logical_elements_in_the_model_flops(tmp_path, 
     plain = get_peft_model(load_model("preset:llama-tiny", "float32", seed=1), lora)
     packed = get_peft_model(load_model("preset:llama-tiny", "float32", quantization=QLORA, seed=1), lora)
     assert matmul_parameter_counts(packed) == matmul_parameter_counts(plain)
+
+
+def test_plan_notes_say_how_a_row_was_sized_and_what_it_does_not_model():
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
+    from tunebench.planning.plan_matrix import unmodelled
+
+    def spec(**arguments):
+        return typed([ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu",
+                                     {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", **arguments})])[0]
+
+    assert unmodelled(spec()) is None
+    four = unmodelled(spec(load_in_4bit=True))
+    assert four.startswith("quantized base sized by fake tensors") and "not modelled" not in four
+    eight = unmodelled(spec(load_in_8bit=True, torch_compile=True))
+    assert "outlier columns" in eight and "torch.compile" in eight and eight.startswith("quantized base")

@@ -50,7 +50,8 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
 def unmodelled(experiment: ExperimentSpec) -> str | None:
     """What the fake step runs differently from the experiment, said rather than hidden behind a confident
     figure: Liger's fused kernels (its fused linear cross-entropy never materialises the logits) and
-    torch.compile's fused graphs run as the model's eager modules there."""
+    torch.compile's fused graphs run as the model's eager modules there; 8-bit's outlier columns depend on the
+    data. A quantized row also says how its weights were sized."""
     settings = []
     if experiment.value("training", "use_liger_kernel"):
         settings.append("Liger's fused kernels (no logits are materialised: activations and temporaries "
@@ -62,7 +63,12 @@ def unmodelled(experiment: ExperimentSpec) -> str | None:
         # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)
         settings.append("8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
                         "their count depends on the data; none predicted, so the peak is a lower bound)")
-    return "not modelled: " + "; ".join(settings) if settings else None
+    notes = []
+    if experiment.value("model", "load_in_4bit") or experiment.value("model", "load_in_8bit"):
+        notes.append("quantized base sized by fake tensors through bitsandbytes' own modules and fake kernels")
+    if settings:
+        notes.append("not modelled: " + "; ".join(settings))
+    return "; ".join(notes) or None
 
 
 def plan_table(experiments: list[ExperimentSpec], predictions: dict[str, dict[str, Any]]) -> pd.DataFrame:
