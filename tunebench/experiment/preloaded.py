@@ -18,6 +18,8 @@ import transformers  # noqa: F401
 def _gpus_visible() -> bool:
     """Whether a GPU is present, asked through NVML: torch.cuda.is_available() would itself poison every fork
     (torch marks a process that counted CUDA devices as one whose forks cannot use CUDA)."""
+    if torch.version.cuda is None and torch.version.hip is None:
+        return False  # a CPU build of torch: bitsandbytes will not touch a GPU (NVML says -1 there)
     try:
         return torch.cuda._device_count_nvml() != 0  # -1: NVML could not say, so assume a GPU
     except Exception:
