@@ -68,19 +68,27 @@ def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
     return None
 
 
-def liger_unsupported(model_name_or_path: str) -> str | None:
-    """Liger applies kernels by model type; for another type transformers only logs a warning and trains the
-    plain model, which would be a baseline row labelled liger. None when supported or not knowable offline."""
+def liger_model_types() -> set[str] | None:
+    """The model types liger-kernel has kernels for (None when it is not installed)."""
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError:
         return None  # problems() reports the missing package
+    return set(MODEL_TYPE_TO_APPLY_LIGER_FN)
+
+
+def liger_unsupported(model_name_or_path: str, supported: set[str] | None = None) -> str | None:
+    """Liger applies kernels by model type; for another type transformers only logs a warning and trains the
+    plain model, which would be a baseline row labelled liger. None when supported or not knowable offline."""
+    supported = liger_model_types() if supported is None else supported
+    if supported is None:
+        return None
     from tunebench.experiment.models import load_config, resolve_model_source
 
     if resolve_model_source(model_name_or_path).kind == "hub":
         return None  # its config needs the network; the run's log says it if Liger skips it
     model_type = getattr(load_config(model_name_or_path), "model_type", None)
-    if model_type in MODEL_TYPE_TO_APPLY_LIGER_FN:
+    if model_type in supported:
         return None
     return (f"Liger has no kernels for model type {model_type!r} (liger-kernel supports: "
-            + ", ".join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)) + ")")
+            + ", ".join(sorted(supported)) + ")")
