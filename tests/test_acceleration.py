@@ -211,5 +211,9 @@ def test_plan_notes_say_how_a_row_was_sized_and_what_it_does_not_model():
     assert unmodelled(spec()) is None
     four = unmodelled(spec(load_in_4bit=True))
     assert four.startswith("quantized base sized by fake tensors") and "not modelled" not in four
-    eight = unmodelled(spec(load_in_8bit=True, torch_compile=True))
-    assert "outlier columns" in eight and "torch.compile" in eight and eight.startswith("quantized base")
+    eight = unmodelled(spec(load_in_8bit=True, torch_compile=True), "not counted: no room")
+    assert "outlier columns" in eight and "lower bound" in eight and "torch.compile" in eight
+    assert eight.startswith("quantized base")
+    counted = unmodelled(spec(load_in_8bit=True), "12 outlier columns over 7 8-bit layers")
+    assert counted.endswith("8-bit outlier columns kept for backward: 12 outlier columns over 7 8-bit layers")
+    assert "not modelled" not in counted

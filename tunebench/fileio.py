@@ -66,3 +66,9 @@ def looks_like_local_path(text: str, suffixes: tuple[str, ...] = ()) -> bool:
     if suffixes and text.lower().endswith(tuple(s.lower() for s in suffixes)):
         return True
     return "/" in text and os.path.isdir(text.split("/", 1)[0])
+
+
+def cache_dir(kind: str) -> Path:
+    """The harness's cache folder for `kind` (data, models, ...): under `$TUNEBENCH_CACHE`, else
+    ~/.cache/tunebench. One root for every cache, so one variable moves them all."""
+    return Path(os.environ.get("TUNEBENCH_CACHE", Path.home() / ".cache" / "tunebench")) / kind

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue R evidence on one GPU: bash scripts/gpu/acceleration_evidence.sh RESULTS SCENARIO [SCENARIO...]
-# Runs the named scenarios of scripts/gpu/scenarios-acceleration.yaml into RESULTS (resuming what is there),
+# Runs the named scenarios of scripts/gpu/scenarios-acceleration.yaml (or $SCENARIOS) into RESULTS (resuming what is there),
 # with the memory prediction, then copies the CSVs and every experiment's small files (spec.json,
 # results.json, steps.json, scan.json, the end of stderr.log) to $OUT/<RESULTS name>.tgz.
 set -uo pipefail
 results=$1; shift
 # BUDGET seconds (default 520) bound the run inside one device call: then Ctrl-C, whose exit keeps every
 # finished experiment in the CSVs, and the same command resumes.
-timeout --signal=INT "${BUDGET:-520}" python benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration.yaml --results_output_path "$results" \
+timeout --signal=INT "${BUDGET:-520}" python benchmark.py --scenarios_config_path "${SCENARIOS:-scripts/gpu/scenarios-acceleration.yaml}" --results_output_path "$results" \
   --run_only_scenarios "$@" --plan --skip_predicted_oom --timeout 900
 status=$?
 if [ -n "${OUT:-}" ]; then

@@ -40,6 +40,9 @@ class ModelArguments:
     load_in_8bit: bool = field(
         default=False, metadata={"help": "quantize the base to 8 bits with bitsandbytes (LLM.int8); needs "
                                  "`peft_method: lora` and `tunebench[quant]`"})
+    llm_int8_threshold: float = field(
+        default=6.0, metadata={"help": "8-bit: input columns holding a value of at least this magnitude are "
+                               "multiplied (and kept for backward) in 16 bits; 0 turns the outlier split off"})
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = field(
         default="nf4", metadata={"help": "4-bit data type: `nf4` (normal float, QLoRA's) or `fp4`"})
     bnb_4bit_use_double_quant: bool = field(

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tunebench.fileio import looks_like_local_path
+from tunebench.fileio import cache_dir, looks_like_local_path
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def data_source_problem(data_path: str) -> str | None:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("TUNEBENCH_CACHE", Path.home() / ".cache" / "tunebench")) / "data"
+    return cache_dir("data")
 
 
 def synthetic_lengths(num_samples: int, max_len: int, min_len: int, distribution: str, seed: int) -> list[int]:

@@ -14,7 +14,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ class Quantization:
     quant_type: str = "nf4"
     double_quant: bool = False
     compute_dtype: str = "bfloat16"
+    int8_threshold: float = 6.0  # LLM.int8's outlier threshold (BitsAndBytesConfig's llm_int8_threshold)
 
     @property
     def enabled(self) -> bool:
@@ -43,6 +43,8 @@ class Quantization:
 
     def label(self) -> str:
         """The row's `quantization` column: e.g. `bnb-4bit-nf4-dq`, `bnb-8bit`, `none`."""
+        if self.method == "bnb-8bit" and self.int8_threshold != 6.0:
+            return f"bnb-8bit-t{self.int8_threshold:g}"  # not bitsandbytes' default split: a different row
         if self.method != "bnb-4bit":
             return self.method
         return f"bnb-4bit-{self.quant_type}" + ("-dq" if self.double_quant else "")
@@ -54,7 +56,7 @@ def quantization_of(model_args) -> Quantization:
         return Quantization("bnb-4bit", model_args.bnb_4bit_quant_type, bool(model_args.bnb_4bit_use_double_quant),
                             model_args.bnb_4bit_compute_dtype)
     if getattr(model_args, "load_in_8bit", False):
-        return Quantization("bnb-8bit")
+        return Quantization("bnb-8bit", int8_threshold=float(getattr(model_args, "llm_int8_threshold", 6.0)))
     return Quantization()
 
 
@@ -86,7 +88,7 @@ def bnb_config(quantization: Quantization):
     from transformers import BitsAndBytesConfig
 
     if quantization.method == "bnb-8bit":
-        return BitsAndBytesConfig(load_in_8bit=True)
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=quantization.int8_threshold)
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quantization.quant_type,
                               bnb_4bit_use_double_quant=quantization.double_quant,
                               bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype))
@@ -103,7 +105,9 @@ def adapters_in_bfloat16(model) -> None:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TUNEBENCH_CACHE", Path.home() / ".cache" / "tunebench")) / "models"
+    from tunebench.fileio import cache_dir
+
+    return cache_dir("models")
 
 
 def random_checkpoint(config, dtype, seed: int, init_device: str, build) -> Path:

@@ -19,6 +19,7 @@ ENTRY_RANGES: dict[str, Range] = {
     "r": Range(1, 2**16), "lora_alpha": Range(1, 2**20), "lora_dropout": Range(0, 1, high_open=True),
     "num_virtual_tokens": Range(1, 2**16), "steady_warmup_steps": Range(0, _STEPS), "steady_min_steps": Range(1, _STEPS),
     "steady_max_cv": Range(0, 100, low_open=True), "steady_target_ci_pct": Range(0, 100, low_open=True),
+    "llm_int8_threshold": Range(0, 65504),  # bitsandbytes compares float16 magnitudes: 65504 is the largest
 }
 # The Trainer's (SFTConfig's) numeric arguments that decide what a step is: their fields carry no range of
 # their own, so tunebench states them here. A value outside fails in seconds with the key, not an hour in.

@@ -16,9 +16,11 @@ import logging
 from dataclasses import dataclass
 
 from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
+from tunebench.planning.int8_outliers import OutlierColumns
 from tunebench.planning.quantized import (
     fake_kernels,
     fake_parameter,
+    mark_outlier_columns,
     quant_state_bytes,
     quantize_meta,
 )
@@ -57,6 +59,7 @@ class StepShape:
     attn_implementation: str | None = None
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
     quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
+    int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
 
 
 def _model(shape: StepShape):
@@ -144,6 +147,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), FakeTensorMode(allow_non_fake_inputs=True), \
             _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
+        mark_outlier_columns(model, shape.int8_outliers)
         trainable = [p for p in model.parameters() if p.requires_grad]
         kind = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(shape.optimizer, {"foreach": False})
         optimizer = torch.optim.AdamW(trainable, lr=1e-5, **kind)

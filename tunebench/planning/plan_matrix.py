@@ -31,10 +31,11 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
     for experiment in experiments:
         try:
             shape, sharding = shape_and_sharding(experiment)
+            shape, outliers = with_outlier_columns(experiment, shape)
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
             judged = experiment.device_type == "cuda" or host_budget
             row.update(fit_columns(row["pred_mem_peak"], capacity if judged else None))
-            note = unmodelled(experiment)
+            note = unmodelled(experiment, outliers)
             if note:
                 row["pred_note"] = note
         except Exception as exc:  # a prediction never stops the matrix: the run will measure it
@@ -47,25 +48,47 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
     return out
 
 
-def unmodelled(experiment: ExperimentSpec) -> str | None:
+def with_outlier_columns(experiment: ExperimentSpec, shape):
+    """The shape with 8-bit's outlier columns counted (planning.int8_outliers), and what to say about them: the
+    count, or why there is none. Only a CUDA 8-bit row with a threshold splits columns off (bitsandbytes' CPU
+    path dequantizes the weight instead)."""
+    import dataclasses
+
+    from tunebench.planning.int8_outliers import NotCalibrated, outlier_columns
+
+    quantization = shape.quantization
+    if (quantization is None or quantization.method != "bnb-8bit" or quantization.int8_threshold <= 0
+            or experiment.device_type != "cuda"):
+        return shape, None
+    try:
+        outliers = outlier_columns(experiment, shape)
+    except NotCalibrated as reason:
+        logger.warning("plan: 8-bit outlier columns of %s not counted: %s", experiment.folder_name, reason)
+        return shape, f"not counted: {reason}"
+    return dataclasses.replace(shape, int8_outliers=outliers), outliers.describe()
+
+
+def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str | None:
     """What the fake step runs differently from the experiment, said rather than hidden behind a confident
     figure: Liger's fused kernels (its fused linear cross-entropy never materialises the logits) and
     torch.compile's fused graphs run as the model's eager modules there; 8-bit's outlier columns depend on the
-    data. A quantized row also says how its weights were sized."""
+    data (`outliers`: with_outlier_columns' word on them). A quantized row also says how its weights were sized."""
     settings = []
     if experiment.value("training", "use_liger_kernel"):
         settings.append("Liger's fused kernels (no logits are materialised: activations and temporaries "
                         "are over-predicted)")
     if experiment.value("training", "torch_compile"):
         settings.append("torch.compile's fused graphs (eager modules predicted)")
-    if experiment.value("model", "load_in_8bit"):
+    if outliers is not None and outliers.startswith("not counted"):
         # measured on H100 (scripts/gpu/int8_outliers.py): random-weight llama-3.1-8b, 2048 outlier columns a
         # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)
-        settings.append("8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
-                        "their count depends on the data; none predicted, so the peak is a lower bound)")
+        settings.append(f"8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
+                        f"{outliers}; none predicted, so the peak is a lower bound)")
     notes = []
     if experiment.value("model", "load_in_4bit") or experiment.value("model", "load_in_8bit"):
         notes.append("quantized base sized by fake tensors through bitsandbytes' own modules and fake kernels")
+    if outliers is not None and not outliers.startswith("not counted"):
+        notes.append(f"8-bit outlier columns kept for backward: {outliers}")
     if settings:
         notes.append("not modelled: " + "; ".join(settings))
     return "; ".join(notes) or None

@@ -5,8 +5,10 @@ The meta model's linear layers are replaced by transformers' own bitsandbytes re
 bitsandbytes itself inside FakeTensorMode: bitsandbytes registers a fake implementation for every kernel it
 dispatches (quantize/dequantize 4-bit and blockwise, int8 quantization and matmuls), so the packed weights, their
 quantization state and every dequantized temporary of the forward and backward have their real shapes and
-dtypes. What the fake step cannot know is data: 8-bit matmuls split off outlier columns above a threshold
-(a data-dependent count); the fake step takes none, which the prediction's note states.
+dtypes. What the fake step cannot know is data: 8-bit matmuls split off the input columns holding a value above
+a threshold, and keep them for backward. Their count is measured by a real CPU forward (planning.int8_outliers)
+and the fake step allocates and keeps that many columns as bitsandbytes does; without a count it takes none,
+which the prediction's note states.
 """
 
 from __future__ import annotations
@@ -92,7 +94,12 @@ def fake_kernels(quantization, cuda: bool):
 
     def cuda_matmul(A, B, out=None, state=None, threshold=0.0, bias=None):
         state = state or _functions.MatmulLtState()
-        state.threshold = 0.0  # the outlier count depends on the data, which fake tensors do not have
+        # Which columns are outliers depends on values, which fake tensors do not have: the split runs as
+        # memory alone (_kept_outlier_columns), for the count measured on the layer's weight (mark_outlier_columns).
+        state.threshold = 0.0
+        columns = getattr(B, "outlier_columns", 0)
+        if columns:
+            A = _kept_outlier_columns().apply(A, columns, B.shape[0])
         return _functions.MatMul8bitLt.apply(A, B, out, bias, state)
 
     if cuda:
@@ -103,6 +110,57 @@ def fake_kernels(quantization, cuda: bool):
         bitsandbytes.matmul = original
         functional.name2qmap.clear()
         functional.name2qmap.update(saved_maps)
+
+
+def mark_outlier_columns(model, outliers) -> None:
+    """Tell each fake 8-bit weight how many outlier columns its layer splits off (`outliers`: planning.
+    int8_outliers.OutlierColumns, named as in the unwrapped model; PEFT's wrapping is looked through)."""
+    if outliers is None:
+        return
+    counts = dict(outliers.columns)
+    for name, module in model.named_modules():
+        if type(module).__name__ != "Linear8bitLt":
+            continue
+        plain = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        module.weight.outlier_columns = counts.get(plain, 0)
+
+
+_KEPT = None
+
+
+def _kept_outlier_columns():
+    """An identity autograd function whose forward allocates what bitsandbytes' outlier split allocates for
+    `columns` columns of A (int8_mixed_scaled_mm): the columns in A's dtype, kept for backward while A needs a
+    gradient (MatMul8bitLt's ctx.tensors); the weight's columns gathered (int8), dequantized (float32) and cast
+    to A's dtype; and the output's out-of-place addmm. Defined on first use: torch is imported lazily."""
+    global _KEPT
+    if _KEPT is not None:
+        return _KEPT
+    import torch
+
+    class KeptOutlierColumns(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, A, columns, out_features):
+            flat = A.reshape(-1, A.shape[-1])
+            # a copy even when every column is an outlier (indexing by a tensor always copies; a slice would not)
+            kept = torch.empty(flat.shape[0], columns, dtype=A.dtype, device=A.device)
+            gathered = torch.empty(out_features, columns, dtype=torch.int8, device=A.device)
+            dequantized = torch.empty(out_features, columns, dtype=torch.float32, device=A.device)
+            del gathered
+            weight_columns = dequantized.to(A.dtype)
+            del dequantized
+            summed = torch.empty(flat.shape[0], out_features, dtype=A.dtype, device=A.device)
+            del weight_columns, summed
+            if ctx.needs_input_grad[0]:
+                ctx.kept = kept  # freed with the node after backward, as bitsandbytes' ctx.tensors
+            return A.view_as(A)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None, None
+
+    _KEPT = KeptOutlierColumns
+    return _KEPT
 
 
 def quant_state_bytes(model, block: int) -> int:
