@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Issue T groundwork: bash scripts/gpu/fit_edge.sh OUT SCENARIOS "BATCHES" [SCENARIO-NAME]
-# Micro-batches around the predicted edge of one GPU, with the default caching allocator and with expandable
-# segments, each with --plan: every row holds the predicted allocated peak, the measured allocated and reserved
+# Micro-batches around the predicted edge of one GPU, with the default caching allocator and/or with expandable
+# segments (MODES), each with --plan: every row holds the predicted allocated peak, the measured allocated and reserved
 # peaks, and whether it ran out. E.g. scripts/gpu/fit_edge.sh out scripts/gpu/scenarios-fit-edge.yaml "10 11 12 13"
 set -uo pipefail
 out=$1 scenarios=$2 batches=$3
 only=()
 [ $# -ge 4 ] && only=(--run_only_scenarios "$4")
-for mode in default expandable; do
-  if [ "$mode" = expandable ]; then export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; else unset PYTORCH_CUDA_ALLOC_CONF; fi
+# MODES: "default" (PyTorch's caching allocator as it ships) and/or "expandable" (the harness's own default since
+# issue T: expandable segments); both unless MODES says otherwise.
+for mode in ${MODES:-default expandable}; do
+  if [ "$mode" = expandable ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False; fi
   python benchmark.py --scenarios_config_path "$scenarios" --results_output_path "$out/$mode" "${only[@]}" \
     --effective_batch_size_matrix $batches --plan --timeout 600
 done

@@ -17,7 +17,7 @@ from tunebench.execution.experiment_run import (
 from tunebench.execution.processes import reset_stop
 from tunebench.execution.progress import MatrixProgress, settings_of
 from tunebench.experiment.spec import ExperimentSpec
-from tunebench.planning.predict import usable_bytes
+from tunebench.planning.predict import reserved_bytes, usable_bytes
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
 
@@ -103,7 +103,9 @@ def predicted_oom(experiment: ExperimentSpec, options: RunOptions) -> str | None
     if not options.skip_predicted_oom or predicted.get("pred_fits") is not False:
         return None
     gib = 1024**3
-    usable = usable_bytes(predicted)
-    return (f"predicted OOM: peak {predicted['pred_mem_peak'] / gib:.2f} GiB per device, more than the "
+    usable, reserved = usable_bytes(predicted), reserved_bytes(predicted)
+    slack = reserved - predicted["pred_mem_peak"]
+    needs = f" + {slack / gib:.2f} GiB allocator slack = {reserved / gib:.2f} GiB" if slack > 0 else ""
+    return (f"predicted OOM: peak {predicted['pred_mem_peak'] / gib:.2f} GiB per device{needs}, more than the "
             f"{usable / gib:.2f} GiB usable of {predicted['pred_capacity_bytes'] / gib:.2f} GiB "
             "(--skip_predicted_oom)")

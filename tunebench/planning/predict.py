@@ -4,8 +4,9 @@ What the fake step cannot see, and how it is accounted for:
   * CUDA allocator rounding: every storage is sized in 512-byte blocks, as the caching allocator allocates;
   * cuBLAS/cuBLASLt workspaces (64 MiB per stream on Hopper) and DDP's gradient buckets: `pred_mem_other`
     (the scanner's `other`; measured 68 357 632 B on H100 for one process);
-  * fragmentation (reserved − allocated) and the CUDA context: not memory the allocator hands out, so not in
-    `pred_mem_peak`; they are taken off the device's capacity before the fit (CONTEXT_RESERVE);
+  * the allocator's slack (reserved − allocated at a GPU's edge, measured: planning.allocator_slack): not
+    memory the allocator hands out, so not in `pred_mem_peak`; `pred_mem_reserved` adds it, and the fit judges
+    that against the capacity less the CUDA context (CONTEXT_RESERVE);
   * FSDP: collectives cannot run on fake tensors, so sharding is analytic (below).
 """
 
@@ -162,20 +163,33 @@ def _layer_count(model: str) -> int:
     return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 1)
 
 
-def fit_columns(peak: int, capacity: int | None) -> dict[str, Any]:
-    """Fits when the peak stays within the capacity less CONTEXT_RESERVE (a tenth of it for small budgets)."""
+def fit_columns(peak: int, capacity: int | None, slack: int = 0) -> dict[str, Any]:
+    """`pred_mem_reserved` (the peak plus the allocator's `slack`), and whether it stays within the capacity less
+    CONTEXT_RESERVE (a tenth of it for small budgets)."""
+    reserved = peak + slack
     if not capacity:
-        return {"pred_capacity_bytes": None, "pred_fits": None, "pred_fit_margin_bytes": None}
+        return {"pred_mem_reserved": reserved, "pred_capacity_bytes": None, "pred_fits": None,
+                "pred_fit_margin_bytes": None}
     usable = capacity - min(CONTEXT_RESERVE, capacity // 10)
-    return {"pred_capacity_bytes": capacity, "pred_fits": peak <= usable, "pred_fit_margin_bytes": usable - peak}
+    return {"pred_mem_reserved": reserved, "pred_capacity_bytes": capacity, "pred_fits": reserved <= usable,
+            "pred_fit_margin_bytes": usable - reserved}
+
+
+def reserved_bytes(prediction: dict[str, Any]) -> int | None:
+    """What a prediction needs reserved (fit_columns): its reserved figure, else its peak (older rows)."""
+    for key in ("pred_mem_reserved", "pred_mem_peak"):
+        value = prediction.get(key)
+        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+            return int(value)
+    return None
 
 
 def usable_bytes(prediction: dict[str, Any]) -> int | None:
     """The capacity a prediction was judged against (fit_columns: capacity less the context reserve)."""
-    peak, margin = prediction.get("pred_mem_peak"), prediction.get("pred_fit_margin_bytes")
-    if not isinstance(peak, (int, float)) or not isinstance(margin, (int, float)):
+    reserved, margin = reserved_bytes(prediction), prediction.get("pred_fit_margin_bytes")
+    if reserved is None or not isinstance(margin, (int, float)):
         return None
-    return int(peak + margin)
+    return int(reserved + margin)
 
 
 def _optimizer_kind(optim: str) -> str:

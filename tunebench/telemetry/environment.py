@@ -41,6 +41,7 @@ def git_sha() -> str | None:
 
 def environment_columns(device_type: str, gpus: list | None = None) -> dict[str, object]:
     """Environment columns; `gpus` as `gpus.query_gpus()` returns them (queried when None)."""
+    from tunebench.planning.allocator_slack import cuda_alloc_conf
     from tunebench.telemetry.gpus import query_gpus
 
     gpus = query_gpus() if gpus is None else gpus
@@ -49,6 +50,7 @@ def environment_columns(device_type: str, gpus: list | None = None) -> dict[str,
         "gpu_name": gpus[0].name if gpus and device_type == "cuda" else None,
         "gpu_count": len(gpus),
         "driver_version": gpus[0].driver_version if gpus else None,
+        "cuda_alloc_conf": cuda_alloc_conf() if device_type == "cuda" else None,
         **package_versions(),
         "tunebench_git_sha": git_sha(),
     }

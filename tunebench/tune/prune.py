@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tunebench.planning.predict import usable_bytes
+from tunebench.planning.predict import reserved_bytes, usable_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +47,14 @@ def verdict(prediction: dict[str, Any], margin: Margin) -> tuple[bool, str]:
         return True, "no memory prediction for this model: it runs, its run decides"
     if usable is None:
         return True, "no capacity to judge against (no GPU and no --plan_device)"
-    needed = peak * (1 + margin.fraction)
+    slack = reserved_bytes(prediction) - peak  # the allocator's, at the edge (planning.allocator_slack)
+    needed = peak * (1 + margin.fraction) + slack
+    also = f" + {slack / GIB:.2f} GiB allocator slack" if slack > 0 else ""
     if needed <= usable:
-        return True, f"fits: {peak / GIB:.2f} GiB predicted (+{margin.fraction:.1%}) of {usable / GIB:.2f} GiB usable"
-    return False, (f"predicted peak {peak / GIB:.2f} GiB + {margin.fraction:.1%} margin = {needed / GIB:.2f} GiB > "
-                   f"{usable / GIB:.2f} GiB usable (margin: {margin.source})")
+        return True, (f"fits: {peak / GIB:.2f} GiB predicted (+{margin.fraction:.1%}){also} of "
+                      f"{usable / GIB:.2f} GiB usable")
+    return False, (f"predicted peak {peak / GIB:.2f} GiB + {margin.fraction:.1%} margin{also} = "
+                   f"{needed / GIB:.2f} GiB > {usable / GIB:.2f} GiB usable (margin: {margin.source})")
 
 
 def taught_by_oom(margin: Margin, label: str, prediction: dict[str, Any]) -> Margin:
@@ -60,6 +63,7 @@ def taught_by_oom(margin: Margin, label: str, prediction: dict[str, Any]) -> Mar
     peak, usable = prediction.get("pred_mem_peak"), usable_bytes(prediction)
     if not isinstance(peak, (int, float)) or not usable or peak <= 0:
         return margin
+    usable -= reserved_bytes(prediction) - peak  # what the peak itself could use beside the allocator's slack
     needed = usable / peak - 1 + _TAUGHT_EXTRA
     if needed <= margin.fraction:
         return margin

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.lifetime import LAUNCHED_GROUP_ENV
+from tunebench.planning.allocator_slack import cuda_alloc_conf
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ def environment(spec: ExperimentSpec, gpu_ids: list[int], extra_env: dict[str, s
         repro_env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         repro_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
         repro_env.setdefault("NCCL_NVLS_ENABLE", os.environ.get("NCCL_NVLS_ENABLE", "0"))
+        # Expandable segments unless the user chose: the default allocator ran out of memory at the edge on one
+        # large request its fragmented cache could not place (planning.allocator_slack); `fits` assumes this.
+        repro_env["PYTORCH_CUDA_ALLOC_CONF"] = cuda_alloc_conf()
     else:
         repro_env["CUDA_VISIBLE_DEVICES"] = ""
         # OpenMP threads that spin at every barrier fight any other process for the cores: on a loaded 2-core host

@@ -1,0 +1,76 @@
+"""The caching allocator's slack over the allocated peak at the edge of a GPU, from measured sweeps (data, not a
+constant): what a step needs reserved, `pred_mem_reserved`, and so what `fits` judges.
+
+CUDA experiments run with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set the variable
+(docs/evidence/fit-edge-h100.md: with the default allocator 4 of 10 points predicted to fit ran out of memory on one
+large request that the fragmented cache could not place; with expandable segments the allocated peak was the
+prediction to 0.01 GiB, throughput unchanged, and the allocator gave back what it had cached when it needed it).
+What it cannot give back (segment tails, the small-block pool, pages partly in use) is the slack: reserved −
+allocated at the last micro-batch of a sweep that ran when the next one ran out, where the allocator held only what
+the step needed. Each sweep in allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's
+rows) gives its last point; the slack is the largest of those measured with the same allocator setting.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+EDGE_FILE = Path(__file__).with_name("allocator_edge.csv")
+DEFAULT_ALLOC_CONF = "expandable_segments:True"
+SWEEP_KEYS = ["gpu_name", "model_name_or_path", "gradient_checkpointing", "max_seq_len", "cuda_alloc_conf"]
+
+
+def cuda_alloc_conf() -> str:
+    """The allocator setting CUDA experiments run with: the user's PYTORCH_CUDA_ALLOC_CONF, else expandable
+    segments."""
+    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or DEFAULT_ALLOC_CONF
+
+
+def sweep_edges(rows) -> list[dict]:
+    """Per sweep (a GPU, model, checkpointing, length and allocator setting), its last micro-batch that ran when a
+    larger one ran out of memory: {reserved − allocated as `slack`, and the sweep's keys}. A sweep without an OOM
+    never met its edge and says nothing about it."""
+    import pandas as pd
+
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    if frame.empty:
+        return []
+    frame = frame.fillna({"cuda_alloc_conf": ""})
+    edges = []
+    for keys, sweep in frame.groupby(SWEEP_KEYS, dropna=False):
+        ran = sweep[sweep["status"] == "ok"].dropna(subset=["mem_peak_torch_max_reserved_bytes"])
+        oom = sweep[sweep["status"] == "oom"]
+        if ran.empty or oom.empty:
+            continue
+        last = ran.loc[ran["per_device_train_batch_size"].idxmax()]
+        if oom["per_device_train_batch_size"].min() <= last["per_device_train_batch_size"]:
+            continue  # an OOM below a point that ran: not an edge (a crowded GPU, a flaky run)
+        slack = int(last["mem_peak_torch_max_reserved_bytes"]) - int(last["mem_peak_torch_max_allocated_bytes"])
+        edges.append({**dict(zip(SWEEP_KEYS, keys, strict=True)), "micro_batch": int(last["per_device_train_batch_size"]),
+                      "slack": max(0, slack)})
+    return edges
+
+
+@functools.lru_cache(maxsize=8)
+def edge_slack(alloc_conf: str | None = None) -> int:
+    """Bytes the allocator needs reserved beyond the allocated peak at a GPU's edge, for `alloc_conf` (the
+    experiments' setting by default): the largest measured, 0 where there is no measurement."""
+    import pandas as pd
+
+    conf = cuda_alloc_conf() if alloc_conf is None else alloc_conf
+    try:
+        edges = sweep_edges(pd.read_csv(EDGE_FILE))
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("allocator edge data %s unreadable (%s): no slack predicted", EDGE_FILE, exc)
+        return 0
+    same = [edge["slack"] for edge in edges if edge["cuda_alloc_conf"] == conf]
+    if not same:
+        logger.warning("no measured GPU edge with PYTORCH_CUDA_ALLOC_CONF=%r: the slack of other settings is "
+                       "assumed", conf)
+        same = [edge["slack"] for edge in edges]
+    return max(same, default=0)
