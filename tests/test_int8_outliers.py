@@ -109,11 +109,23 @@ def test_the_plan_counts_once_then_reads_its_cache_and_says_so(tmp_path, monkeyp
 
 
 def test_a_host_without_room_for_the_forward_gets_a_lower_bound_and_the_matrix_goes_on(tmp_path, monkeypatch):
+    import json
+
     from tunebench.planning import int8_outliers
     from tunebench.planning.plan_matrix import plan_experiments
 
-    monkeypatch.setenv("TUNEBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(int8_outliers, "_available_bytes", lambda: 1024)
+    (tmp_path / "request.json").write_text(json.dumps({"gpu": False, "weights": 4096}))
+    torch.save({"input_ids": torch.ones(1, 2, dtype=torch.long)}, tmp_path / "batch.pt")
+    problem = int8_outliers._count_here(tmp_path)["problem"]
+    assert problem.startswith("the weights (0.0 GiB) fit neither a GPU here nor this host's available memory")
+
+    monkeypatch.setenv("TUNEBENCH_CACHE", str(tmp_path / "cache"))
+
+    def no_room(request, batch):
+        raise NotCalibrated(problem)
+
+    monkeypatch.setattr(int8_outliers, "_measure", no_room)
     experiment = _experiment(tmp_path)
     row = plan_experiments([experiment], capacity=80 * 1024**3)[experiment.experiment_id]
     assert row["pred_mem_peak"] > 0

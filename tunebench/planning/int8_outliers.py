@@ -1,12 +1,13 @@
-"""LLM.int8's outlier columns, counted by a real forward on the CPU: the data-dependent part of an 8-bit step.
+"""LLM.int8's outlier columns, counted by a real forward: the data-dependent part of an 8-bit step's memory.
 
 bitsandbytes' 8-bit matmul keeps every input column that holds a value of at least `llm_int8_threshold` (6.0 by
 default; compared in float16) in 16 bits, and keeps those columns (tokens × columns) for backward. On the random-
 weight llama-3.1-8b that was 3.8 GB at 4 × 1024 tokens, 8.6 % of the step's peak (docs/evidence/
 acceleration-h100.md). The count depends on the weights and the tokens, which fake tensors do not have, so the plan
-measures it: the model in its dtype on this host (a preset's random init from the run's seed; a folder's
-checkpoint), one forward without gradients over a micro-batch of the experiment's own data, and for every layer
-the quantizer converts, the number of columns whose largest magnitude reaches the threshold. The counts are cached
+measures it: the model in its dtype on this host's GPU, or its CPU without one (a preset's random init from the
+run's seed on the run's device, so the run's own weights; a folder's checkpoint), one forward without gradients
+over a micro-batch of the experiment's own data, and for every layer the quantizer converts, the number of columns
+whose largest magnitude reaches the threshold. The counts are cached
 on disk per model, dtype, seed, batch, data and threshold, so a matrix pays once.
 """
 
@@ -23,7 +24,8 @@ from tunebench.fileio import cache_dir, write_atomic
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-HOST_SHARE = 0.8  # of the host's available memory the weights may take: the forward's activations need the rest
+HOST_SHARE = 0.8  # of a device's free memory the weights may take: the forward's activations need the rest
+CHILD_TIMEOUT = 1800
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class NotCalibrated(Exception):
 
 def converted_layers(model_name: str, dtype: str, quantization) -> tuple[list[str], int]:
     """Names of the linear layers transformers' bitsandbytes quantizer converts, and the unquantized weights'
-    bytes (what the CPU forward holds): from a meta model, so no memory."""
+    bytes (what the counting forward holds): from a meta model, so no memory."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -131,8 +133,8 @@ def calibration_batch(experiment, micro_batch: int) -> dict:
 
 
 def outlier_columns(experiment, shape) -> OutlierColumns:
-    """The experiment's outlier columns per 8-bit layer: from the cache, else measured (NotCalibrated when the
-    host cannot hold the model, or the forward fails)."""
+    """The experiment's outlier columns per 8-bit layer: from the cache, else measured (NotCalibrated when no
+    device here can hold the model, or the forward fails)."""
     quantization = shape.quantization
     batch = calibration_batch(experiment, shape.micro_batch)
     key = _cache_key(experiment, shape, batch)
@@ -144,40 +146,72 @@ def outlier_columns(experiment, shape) -> OutlierColumns:
         except (OSError, ValueError, KeyError, TypeError):
             logger.warning("unreadable outlier-column cache %s: measuring again", path)
     layers, weights = converted_layers(shape.model, shape.dtype, quantization)
-    _check_host_memory(weights)
-    seed = experiment.value("training", "seed")
-    counts = _measure(shape, layers, batch, quantization.int8_threshold, seed)
+    gpu_init = experiment.device_type == "cuda" and experiment.value("model", "preset_init_device") != "cpu"
+    request = {"model": shape.model, "dtype": shape.dtype, "attn": shape.attn_implementation, "layers": layers,
+               "threshold": quantization.int8_threshold, "seed": experiment.value("training", "seed"),
+               "weights": weights, "gpu": experiment.device_type == "cuda", "gpu_init": gpu_init}
+    counts = _measure(request, batch)
     result = OutlierColumns(tuple((name, counts[name]) for name in layers), int(batch["input_ids"].numel()))
     write_atomic(path, json.dumps({"columns": [list(pair) for pair in result.columns], "tokens": result.tokens}))
     logger.info("plan: %s", result.describe())
     return result
 
 
-def _measure(shape, layers: list[str], batch: dict, threshold: float, seed: int) -> dict[str, int]:
+def _measure(request: dict, batch: dict) -> dict[str, int]:
+    """Count in a child process: on this host's GPU when the experiment trains on one and one is here (seconds,
+    and a preset's weights are then the run's own: the same seed on the same device), else on the CPU. A child,
+    so the harness never holds a CUDA context (its memory would be missing from every experiment after it)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="tunebench-int8-") as folder:
+        torch.save(batch, Path(folder) / "batch.pt")
+        (Path(folder) / "request.json").write_text(json.dumps(request))
+        try:
+            done = subprocess.run([sys.executable, "-m", __name__, folder], capture_output=True, text=True,
+                                  timeout=CHILD_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise NotCalibrated(f"the forward that counts them took over {CHILD_TIMEOUT} s") from exc
+        answer = Path(folder) / "counts.json"
+        if done.returncode != 0 or not answer.is_file():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            raise NotCalibrated(f"the forward that counts them failed ({last})")
+        found = json.loads(answer.read_text())
+    if "problem" in found:
+        raise NotCalibrated(found["problem"])
+    logger.info("plan: 8-bit outlier columns counted on %s", found["device"])
+    return {name: int(count) for name, count in found["counts"].items()}
+
+
+def _count_here(folder: Path) -> dict:
+    """The child's work (see _measure): {counts, device}, or {problem} when no device can hold the weights."""
     import torch
     from transformers import set_seed
 
     from tunebench.experiment.models import load_model
 
-    set_seed(seed)  # as the run seeds before its random init
-    threads = torch.get_num_threads()
-    try:
-        model = load_model(shape.model, shape.dtype, shape.attn_implementation, init_device="cpu")
-        model.eval()  # no dropout: the count of the values as trained is what the forward sees
-        return count_columns(model, layers, batch, threshold)
-    except NotCalibrated:
-        raise
-    except Exception as exc:  # the prediction then says it is a lower bound; the matrix goes on
-        raise NotCalibrated(f"the CPU forward failed ({str(exc).splitlines()[0][:160]})") from exc
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _check_host_memory(needed: int) -> None:
-    available = _available_bytes()
-    if available is not None and needed > HOST_SHARE * available:
-        raise NotCalibrated(f"the weights ({needed / 1024**3:.1f} GiB) do not fit in this host's available "
-                            f"memory ({available / 1024**3:.1f} GiB) for the CPU forward that counts them")
+    request = json.loads((folder / "request.json").read_text())
+    batch = torch.load(folder / "batch.pt", weights_only=True)
+    device = "cpu"
+    if request["gpu"] and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        if request["weights"] <= HOST_SHARE * free:
+            device = "cuda:0"
+    if device == "cpu":
+        available = _available_bytes()
+        if available is not None and request["weights"] > HOST_SHARE * available:
+            return {"problem": f"the weights ({request['weights'] / 1024**3:.1f} GiB) fit neither a GPU here nor "
+                               f"this host's available memory ({available / 1024**3:.1f} GiB) for the forward that "
+                               "counts them"}
+    set_seed(request["seed"])  # as the run seeds before its random init
+    init = device if request["gpu_init"] else "cpu"
+    model = load_model(request["model"], request["dtype"], request["attn"], init_device=init).to(device)
+    model.eval()  # no dropout: the values as trained are what the count sees
+    batch = {name: tensor.to(device) for name, tensor in batch.items()}
+    return {"counts": count_columns(model, request["layers"], batch, request["threshold"]), "device": device}
 
 
 def _available_bytes() -> int | None:
@@ -195,7 +229,8 @@ def _cache_key(experiment, shape, batch) -> str:
 
     config = load_config(shape.model).to_dict()
     weights = _weights_identity(shape.model)
-    payload = {"version": CACHE_VERSION, "config": config, "weights": weights, "dtype": shape.dtype,
+    devices = [experiment.device_type, experiment.value("model", "preset_init_device")]  # where the count runs
+    payload = {"version": CACHE_VERSION, "config": config, "weights": weights, "dtype": shape.dtype, "devices": devices,
                "seed": experiment.value("training", "seed"), "attn": shape.attn_implementation,
                "threshold": shape.quantization.int8_threshold,
                "batch": hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest()}
@@ -209,3 +244,10 @@ def _weights_identity(model: str) -> list:
         return []
     return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in folder.glob("*.safetensors")) + \
         sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in folder.glob("*.bin"))
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = Path(sys.argv[1])
+    write_atomic(target / "counts.json", json.dumps(_count_here(target)))
