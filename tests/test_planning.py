@@ -132,3 +132,25 @@ def test_packed_rows_say_why_their_activations_do_not_compare():
     assert "3871" in packed["pred_note"] and "4096" in packed["pred_note"]
     full = error_columns({**row, "packing": True, "padding_free": True, "scan_tokens": 4096})
     assert full["pred_error_activations"] == 400 / 350 - 1 and "pred_note" not in full
+
+
+def test_gpu_attention_casts_float32_inputs_as_cudas_autocast_does():
+    """CUDA's autocast runs SDPA in the autocast dtype (its lower-precision list), whatever dtype the queries come
+    in: the GPU stand-in returns, and keeps for backward, bf16 tensors for float32 inputs under bf16 autocast,
+    and leaves them alone without autocast."""
+    import torch
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tunebench.planning.attention_kernels import HOPPER, gpu_attention
+
+    with FakeTensorMode():
+        query = torch.empty(2, 4, 128, 64, requires_grad=True)
+        key = torch.empty(2, 1, 128, 64, requires_grad=True)
+        for autocast, expected in ((True, torch.bfloat16), (False, torch.float32)):
+            chosen: list[str] = []
+            with gpu_attention(HOPPER, chosen), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = F.scaled_dot_product_attention(query, key, key, is_causal=True, enable_gqa=True)
+            assert out.dtype == expected
+            assert chosen[0] in ("cudnn", "efficient")  # a fused kernel of the stand-in: its saved tensors are ours
+            assert {t.dtype for t in out.grad_fn.saved_tensors[:4]} == {expected}  # queries, keys, values, output

@@ -42,7 +42,7 @@ class OutlierColumns:
         counts = [count for _, count in self.columns]
         mean = self.total() / len(counts) if counts else 0.0
         return (f"{self.total():,} outlier columns over {len(counts)} 8-bit layers (mean {mean:.0f}, "
-                f"max {max(counts, default=0)}), counted by a CPU forward of {self.tokens:,} tokens of the data")
+                f"max {max(counts, default=0)}), counted by a forward of {self.tokens:,} tokens of the data")
 
 
 class NotCalibrated(Exception):
