@@ -142,19 +142,42 @@ def run_options(options: argparse.Namespace, gpus, memory_logging: set[str], pre
     )
 
 
-def predictions_for(options, experiments, gpus) -> dict:
-    """pred_* columns per experiment_id, for the device given by --plan_device or the GPUs present."""
-    from tunebench.planning.plan_matrix import plan_experiments
+def plan_target(options, gpus) -> tuple[int | None, str | None]:
+    """(capacity in bytes, device name) that predictions are judged against: --plan_device, else the GPUs here."""
     from tunebench.planning.predict import device_capacity
 
     try:
         capacity = device_capacity(options.plan_device, gpus[0].memory_total_mib if gpus else None)
     except ValueError as exc:
         raise InputError([InputProblem("command line", "--plan_device", str(exc), "e.g. --plan_device 80GiB")]) from None
+    return capacity, options.plan_device or (gpus[0].name if gpus else None)
+
+
+def predictions_for(options, experiments, gpus) -> dict:
+    """pred_* columns per experiment_id, for the device given by --plan_device or the GPUs present."""
+    from tunebench.planning.plan_matrix import plan_experiments
+
+    capacity, device_name = plan_target(options, gpus)
     if capacity is None and any(e.device_type == "cuda" for e in experiments):
         logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
-    device_name = options.plan_device or (gpus[0].name if gpus else None)
     return plan_experiments(experiments, capacity, host_budget=bool(options.plan_device), device_name=device_name)
+
+
+def _write_fit_map(options, experiments, gpus) -> int:
+    """`plan --fit_map`: the largest micro-batch that fits, per model × framework config × PEFT × length."""
+    from tunebench.planning.attention_kernels import architecture
+    from tunebench.planning.fit_map import fit_map
+
+    capacity, device_name = plan_target(options, gpus)
+    if capacity is None:
+        raise InputError([InputProblem("command line", "--fit_map", "there is no GPU here to fit to",
+                                       "give --plan_device (a GPU name or a size such as 80GiB)")])
+    frame = fit_map(experiments, capacity, device_name, architecture(device_name))
+    print(frame.drop(columns=["pred_note"]).to_string(index=False))
+    path = Path(options.results_output_path) / results_folder.FIT_MAP
+    write_atomic(path, frame.to_csv(index=False))
+    print(f"wrote {path}")
+    return 0
 
 
 def _input_error(exc: InputError) -> int:
@@ -270,6 +293,9 @@ def _checked_run(options, planning_only: bool) -> int:
     if not (options.dry_run or planning_only):
         from tunebench.execution.preparation import preprocess_data
         preprocess_data(experiments, build=not options.no_data_processing)
+    if planning_only and options.fit_map:
+        with results_lock(Path(options.results_output_path)):
+            return _write_fit_map(options, experiments, gpus)
     predictions = predictions_for(options, experiments, gpus) if planning_only or options.plan or \
         options.skip_predicted_oom else {}
     if planning_only:

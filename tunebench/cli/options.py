@@ -138,6 +138,9 @@ def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
         "columns); `benchmark.py plan` predicts only, prints the table and writes `<out>/plan.csv`")
     opt("--plan_device", metavar="GPU|SIZE", default=None, help="GPU to plan for: a name (\"NVIDIA H100 80GB "
         "HBM3\") or a size (`80GiB`); default the GPUs present. On a CPU matrix, a per-process budget")
+    opt("--fit_map", action="store_true", help="with `benchmark.py plan`: instead of the matrix's rows, the largest "
+        "micro-batch predicted to fit the GPU (--plan_device or the one here) per model × framework config × PEFT "
+        "× sequence length, in `<out>/fit_map.csv`")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
         "predicted peak and the capacity (implies `--plan`)")
     opt("--executor", choices=["local", "ray", "slurm"], default="local",

@@ -31,8 +31,9 @@ LOCK_FILE = ".tunebench.lock"
 RAW_SUMMARY = "raw_summary.csv"
 BENCHMARKS = "benchmarks.csv"
 PLAN = "plan.csv"
+FIT_MAP = "fit_map.csv"  # benchmark.py plan --fit_map
 # Top-level files and folders the harness and its subcommands write (the experiment folders aside).
-SUMMARY_FILES = (RAW_SUMMARY, BENCHMARKS, PLAN, "report.html", "pip-freeze.txt", "tune.csv", "tune-scenarios.yaml")
+SUMMARY_FILES = (RAW_SUMMARY, BENCHMARKS, PLAN, FIT_MAP, "report.html", "pip-freeze.txt", "tune.csv", "tune-scenarios.yaml")
 SUMMARY_FOLDERS = ("compare",)
 OWN_TOP_LEVEL = {MARKER, LOCK_FILE, *SUMMARY_FILES, *SUMMARY_FOLDERS}
 # What the harness and the training entry write inside an experiment folder (globs), and the trees it owns.
