@@ -88,3 +88,34 @@ def test_cuda_experiments_run_with_the_assumed_allocator_unless_the_user_chose(m
     cpu = ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu", {})
     assert environment(cpu, [], {})[1].get("PYTORCH_CUDA_ALLOC_CONF") == user  # passed on, never added
     assert environment_columns("cpu", gpus=[])["cuda_alloc_conf"] is None
+
+
+def test_an_evidence_sweep_appends_its_rows_once(tmp_path, monkeypatch, capsys):
+    """scripts/gpu/allocator_edge_rows.py: a sweep's summary becomes edge rows; appending it again changes
+    nothing (rows of the same point are replaced), and the slack learned from them follows."""
+    import importlib.util
+    import shutil
+
+    from harness_fixtures import REPO
+
+    spec = importlib.util.spec_from_file_location("edge_rows", REPO / "scripts/gpu/allocator_edge_rows.py")
+    edge_rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(edge_rows)
+    data = tmp_path / "edge.csv"
+    shutil.copy(EDGE_FILE, data)
+    monkeypatch.setattr(edge_rows, "EDGE_FILE", data)
+    summary = tmp_path / "raw_summary.csv"
+    pd.DataFrame([{"status": s, "per_device_train_batch_size": b, "pred_capacity_bytes": 80 * GIB,
+                   "gpu_name": "G", "model_name_or_path": "m", "gradient_checkpointing": False, "max_seq_len": 8,
+                   "pred_mem_peak": p, "mem_peak_torch_max_allocated_bytes": a,
+                   "mem_peak_torch_max_reserved_bytes": r} for s, b, p, a, r in
+                  [("ok", 1, 10, 11, 11 + 2 * GIB), ("oom", 2, 20, None, None), ("error", 3, 30, None, None)]]
+                 ).to_csv(summary, index=False)
+    before = len(pd.read_csv(data))
+    edge_rows.main(str(summary), "doc.md")
+    once = data.read_text()
+    edge_rows.main(str(summary), "doc.md")
+    assert data.read_text() == once and len(pd.read_csv(data)) == before + 2  # the error row is no edge point
+    edges = sweep_edges(pd.read_csv(data))
+    assert {"model_name_or_path": "m", "micro_batch": 1, "slack": 2 * GIB}.items() <= next(
+        e for e in edges if e["model_name_or_path"] == "m").items()

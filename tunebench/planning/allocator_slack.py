@@ -15,20 +15,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
+
+from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF, cuda_alloc_conf  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
 
 EDGE_FILE = Path(__file__).with_name("allocator_edge.csv")
-DEFAULT_ALLOC_CONF = "expandable_segments:True"
 SWEEP_KEYS = ["gpu_name", "model_name_or_path", "gradient_checkpointing", "max_seq_len", "cuda_alloc_conf"]
-
-
-def cuda_alloc_conf() -> str:
-    """The allocator setting CUDA experiments run with: the user's PYTORCH_CUDA_ALLOC_CONF, else expandable
-    segments."""
-    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or DEFAULT_ALLOC_CONF
 
 
 def sweep_edges(rows) -> list[dict]:

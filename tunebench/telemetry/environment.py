@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +13,15 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 _PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
+# The caching allocator setting CUDA experiments run with unless the user sets PYTORCH_CUDA_ALLOC_CONF: expandable
+# segments, whose reserve at a GPU's edge is measured (tunebench.planning.allocator_slack).
+DEFAULT_ALLOC_CONF = "expandable_segments:True"
+
+
+def cuda_alloc_conf() -> str:
+    """The allocator setting of this harness's CUDA experiments: the user's PYTORCH_CUDA_ALLOC_CONF, else
+    expandable segments."""
+    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or DEFAULT_ALLOC_CONF
 
 
 def package_versions() -> dict[str, str | None]:
@@ -41,7 +51,6 @@ def git_sha() -> str | None:
 
 def environment_columns(device_type: str, gpus: list | None = None) -> dict[str, object]:
     """Environment columns; `gpus` as `gpus.query_gpus()` returns them (queried when None)."""
-    from tunebench.planning.allocator_slack import cuda_alloc_conf
     from tunebench.telemetry.gpus import query_gpus
 
     gpus = query_gpus() if gpus is None else gpus

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.lifetime import LAUNCHED_GROUP_ENV
-from tunebench.planning.allocator_slack import cuda_alloc_conf
+from tunebench.telemetry.environment import cuda_alloc_conf
 
 logger = logging.getLogger(__name__)
 
