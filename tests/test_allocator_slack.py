@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunebench.planning import allocator_slack
 from tunebench.planning.allocator_slack import EDGE_FILE, edge_slack, sweep_edges
 from tunebench.planning.predict import CONTEXT_RESERVE, fit_columns, reserved_bytes, usable_bytes
+from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF
 
 GIB = 1024**3
 
@@ -80,7 +80,7 @@ def test_cuda_experiments_run_with_the_assumed_allocator_unless_the_user_chose(m
         monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     else:
         monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", user)
-    expected = user or allocator_slack.DEFAULT_ALLOC_CONF
+    expected = user or DEFAULT_ALLOC_CONF
     gpu = ExperimentSpec("s", FrameworkConfig("fc"), 1, "cuda", {})
     env, repro = environment(gpu, [0], {})
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == repro["PYTORCH_CUDA_ALLOC_CONF"] == expected

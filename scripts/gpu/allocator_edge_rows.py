@@ -16,7 +16,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tunebench.fileio import write_atomic  # noqa: E402
-from tunebench.planning.allocator_slack import DEFAULT_ALLOC_CONF, EDGE_FILE, SWEEP_KEYS  # noqa: E402
+from tunebench.planning.allocator_slack import EDGE_FILE, SWEEP_KEYS  # noqa: E402
+from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF  # noqa: E402
 
 COLUMNS = ["gpu_name", "capacity_bytes", "model_name_or_path", "gradient_checkpointing", "max_seq_len",
            "per_device_train_batch_size", "cuda_alloc_conf", "status", "pred_mem_peak",

@@ -12,6 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tunebench.experiment.quantization import INT8_THRESHOLD
+
 logger = logging.getLogger(__name__)
 
 MEMORY_LOGGING_CHOICES = ("scanner", "huggingface", "nvidia", "all", "none")
@@ -41,7 +43,7 @@ class ModelArguments:
         default=False, metadata={"help": "quantize the base to 8 bits with bitsandbytes (LLM.int8); needs "
                                  "`peft_method: lora` and `tunebench[quant]`"})
     llm_int8_threshold: float = field(
-        default=6.0, metadata={"help": "8-bit: input columns holding a value of at least this magnitude are "
+        default=INT8_THRESHOLD, metadata={"help": "8-bit: input columns holding a value of at least this magnitude are "
                                "multiplied (and kept for backward) in 16 bits; 0 turns the outlier split off"})
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = field(
         default="nf4", metadata={"help": "4-bit data type: `nf4` (normal float, QLoRA's) or `fp4`"})

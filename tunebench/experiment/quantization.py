@@ -19,12 +19,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tunebench.fileio import cache_dir
+
 logger = logging.getLogger(__name__)
 
 QUANT_FIX = "pip install 'tunebench[quant]' (bitsandbytes)"
 # The RNG state right after the random init: restored after loading, so what draws next (LoRA's init) draws
 # exactly what it draws after the unquantized baseline's init, whether the checkpoint was written now or reused.
 RNG_FILE = "tunebench_rng_state.pt"
+INT8_THRESHOLD = 6.0  # LLM.int8's default outlier threshold (BitsAndBytesConfig's llm_int8_threshold)
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Quantization:
     quant_type: str = "nf4"
     double_quant: bool = False
     compute_dtype: str = "bfloat16"
-    int8_threshold: float = 6.0  # LLM.int8's outlier threshold (BitsAndBytesConfig's llm_int8_threshold)
+    int8_threshold: float = INT8_THRESHOLD
 
     @property
     def enabled(self) -> bool:
@@ -43,7 +46,7 @@ class Quantization:
 
     def label(self) -> str:
         """The row's `quantization` column: e.g. `bnb-4bit-nf4-dq`, `bnb-8bit`, `none`."""
-        if self.method == "bnb-8bit" and self.int8_threshold != 6.0:
+        if self.method == "bnb-8bit" and self.int8_threshold != INT8_THRESHOLD:
             return f"bnb-8bit-t{self.int8_threshold:g}"  # not bitsandbytes' default split: a different row
         if self.method != "bnb-4bit":
             return self.method
@@ -56,7 +59,7 @@ def quantization_of(model_args) -> Quantization:
         return Quantization("bnb-4bit", model_args.bnb_4bit_quant_type, bool(model_args.bnb_4bit_use_double_quant),
                             model_args.bnb_4bit_compute_dtype)
     if getattr(model_args, "load_in_8bit", False):
-        return Quantization("bnb-8bit", int8_threshold=float(getattr(model_args, "llm_int8_threshold", 6.0)))
+        return Quantization("bnb-8bit", int8_threshold=float(getattr(model_args, "llm_int8_threshold", INT8_THRESHOLD)))
     return Quantization()
 
 
@@ -105,8 +108,6 @@ def adapters_in_bfloat16(model) -> None:
 
 
 def cache_root() -> Path:
-    from tunebench.fileio import cache_dir
-
     return cache_dir("models")
 
 

@@ -17,7 +17,7 @@ import functools
 import logging
 from pathlib import Path
 
-from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF, cuda_alloc_conf  # noqa: F401  (re-exported)
+from tunebench.telemetry.environment import cuda_alloc_conf
 
 logger = logging.getLogger(__name__)
 

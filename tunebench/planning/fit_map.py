@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tunebench.planning.allocator_slack import edge_slack
-from tunebench.planning.predict import fit_columns, predict, shape_and_sharding
+from tunebench.planning.predict import fit_columns, predict, shape_and_sharding, usable_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
 
         try:
             one, two = verdict(1)["pred_mem_reserved"], verdict(2)["pred_mem_reserved"]
-            usable = verdict(1)["pred_mem_reserved"] + verdict(1)["pred_fit_margin_bytes"]
+            usable = usable_bytes(verdict(1))
             guess = 1 + (usable - one) // max(two - one, 1)
             if guess > 2:  # one secant step through the estimate: the slope over the range, not its first step
                 at_guess = verdict(int(min(guess, LIMIT)))["pred_mem_reserved"]

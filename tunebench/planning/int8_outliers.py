@@ -90,7 +90,8 @@ def count_columns(model, layers: list[str], batch: dict, threshold: float) -> di
             decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
             # The decoder alone when the output layer is not converted (transformers never converts it): the
             # logits (rows × length × vocabulary) would be the forward's largest tensor, and are not needed.
-            head_converted = any(not name.startswith(_prefix(model, decoder)) for name in layers)
+            prefix = _prefix(model, decoder)
+            head_converted = any(not name.startswith(prefix) for name in layers)
             runner = model if decoder is None or head_converted else decoder
             runner(**batch, use_cache=False)
     finally:

@@ -6,7 +6,7 @@ bitsandbytes itself inside FakeTensorMode: bitsandbytes registers a fake impleme
 dispatches (quantize/dequantize 4-bit and blockwise, int8 quantization and matmuls), so the packed weights, their
 quantization state and every dequantized temporary of the forward and backward have their real shapes and
 dtypes. What the fake step cannot know is data: 8-bit matmuls split off the input columns holding a value above
-a threshold, and keep them for backward. Their count is measured by a real CPU forward (planning.int8_outliers)
+a threshold, and keep them for backward. Their count is measured by a real forward (planning.int8_outliers)
 and the fake step allocates and keeps that many columns as bitsandbytes does; without a count it takes none,
 which the prediction's note states.
 """
