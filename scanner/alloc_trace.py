@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .block_layout import BlockLayout, rounded
 from .memory import allocation_bytes
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ MAX_ENTRIES = 2_000_000
 _CUDA = torch.device("cuda")  # only its type matters to allocation_bytes
 PEAK_TOLERANCE = 4 << 20
 # free_completed follows free_requested for blocks used on side streams; `allocated_bytes` already dropped at
-# the request, so the completion carries no information the replay needs.
+# the request, so the completion carries no information the replay needs (unless it replays the block layout,
+# where the completion is when the block is free for reuse).
 SKIPPED_ACTIONS = ["free_completed", "snapshot"]
 _TRACE_IDS = itertools.count()
 
@@ -45,6 +47,7 @@ class Replay:
 
     start_allocated: dict[int, int] = field(default_factory=dict)  # tag -> allocated when the tag began
     interval_peak: dict[int, int] = field(default_factory=dict)  # tag -> max allocated within its interval
+    interval_tails: dict[int, int] = field(default_factory=dict)  # tag -> block tails alive at its peak
     entries: int = 0
     stale: int = 0  # entries made by a thread whose tag was out of date (see replay)
     before_start: int = 0  # entries before the first tag: already part of allocated_at_start
@@ -58,9 +61,14 @@ def _parse_tag(meta: str, prefix: str) -> int | None:
 
 
 def replay(
-    entries: list[dict], allocated_at_start: int, first_tag: int, last_tag: int, prefix: str = ""
+    entries: list[dict], allocated_at_start: int, first_tag: int, last_tag: int, prefix: str = "",
+    layout: BlockLayout | None = None,
 ) -> Replay:
     """Replay `entries` (snapshot trace dicts, in order) from `allocated_at_start`, for tags first..last.
+
+    With `layout` (the allocator's blocks when the trace began), each entry counts its block's size, as the
+    allocator's counter does, and the tails of blocks beyond their requests are tracked (scanner.block_layout);
+    without, requests rounded to 512 B (exact with expandable segments, whose blocks are always split).
 
     A tag's interval runs from the event that set it to the next event. Tags with no allocator activity
     inherit the running value, so every tag in the range gets a start value and an interval peak.
@@ -74,6 +82,9 @@ def replay(
     """
     out = Replay()
     current = allocated_at_start
+    tails = layout.start_tails if layout is not None else 0
+    blocks: dict[int, tuple[int, int]] = {}  # address -> (block bytes, tail bytes) of traced allocations
+    completions = layout is not None and any(e.get("action") == "free_completed" for e in entries)
     next_tag = first_tag  # the lowest tag whose start value is not yet known
     newest = None  # highest fresh tag seen so far
     held: list[int] = []  # deltas of stale entries waiting for the next fresh tag
@@ -83,13 +94,16 @@ def replay(
         while next_tag <= tag:
             out.start_allocated[next_tag] = current
             out.interval_peak[next_tag] = current
+            out.interval_tails[next_tag] = tails
             next_tag += 1
 
-    def apply(tag: int, delta: int) -> None:
-        nonlocal current
-        current += delta
+    def apply(tag: int, delta: tuple[int, int]) -> None:
+        nonlocal current, tails
+        current += delta[0]
+        tails += delta[1]
         if current > out.interval_peak[tag]:
             out.interval_peak[tag] = current
+            out.interval_tails[tag] = tails
 
     def release_held(until: int) -> None:
         owner = min(until, last_tag)
@@ -99,12 +113,8 @@ def replay(
         held.clear()
 
     for e in entries:
-        action = e.get("action")
-        if action == "alloc":
-            delta = allocation_bytes(e["size"], _CUDA)
-        elif action == "free_requested":
-            delta = -allocation_bytes(e["size"], _CUDA)
-        else:
+        delta = _counted(e, layout, blocks, completions)
+        if delta is None:
             continue
         tag = _parse_tag(e.get("user_metadata") or "", prefix)
         if tag is not None and not first_tag <= tag <= last_tag:
@@ -128,6 +138,38 @@ def replay(
     return out
 
 
+def _counted(e: dict, layout: BlockLayout | None, blocks: dict, completions: bool) -> tuple[int, int] | None:
+    """(allocated delta, block-tail delta) of a history entry; None for entries the counter does not move on
+    (those still move the layout: a completed free, a segment made or given back)."""
+    action = e.get("action")
+    if action == "alloc":
+        size = allocation_bytes(e["size"], _CUDA)
+        if layout is None:
+            return size, 0
+        block = layout.alloc(e["addr"], e["size"])
+        blocks[e["addr"]] = (block, block - size)
+        return block, block - size
+    if action == "free_requested":
+        if layout is None:
+            return -allocation_bytes(e["size"], _CUDA), 0
+        block, tail = blocks.pop(e["addr"], (None, 0))
+        if block is None:  # allocated before the trace: the layout knows its block and its request
+            block = layout.size_of(e["addr"]) or allocation_bytes(e["size"], _CUDA)
+            request = layout.requested_at_start(e["addr"])
+            tail = block - rounded(request) if request else 0
+        if not completions:
+            layout.free(e["addr"])
+        return -block, -tail
+    if layout is not None:
+        if action == "free_completed":
+            layout.free(e["addr"])
+        elif action == "segment_alloc":
+            layout.segment_alloc(e["addr"], e["size"])
+        elif action == "segment_free":
+            layout.segment_free(e["addr"], e["size"])
+    return None
+
+
 class AllocatorTrace:
     """Records the allocator's history for the scanned steps and tags it with the scanner's event numbers."""
 
@@ -139,15 +181,25 @@ class AllocatorTrace:
         # Unique per trace: a thread keeps its last metadata after a scan, so a later scan in the same process
         # must not read an old tag as one of its own.
         self.prefix = f"scan{next(_TRACE_IDS)}:"
+        self.layout: BlockLayout | None = None  # the allocator's blocks when recording began (see start)
 
     def start(self) -> None:
+        # The blocks as they are now, taken before recording starts so that no entry is in both: without
+        # expandable segments a block may be larger than its request, and the replay needs the layout to know.
+        # (With them every block is split to its request: the layout adds nothing.)
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        snap = torch.cuda.memory._snapshot()
+        settings = snap.get("allocator_settings") or {}
+        self.layout = None if settings.get("expandable_segments") else BlockLayout(snap["segments"], settings, index)
+        self._start_segments = snap["segments"] if self.with_stacks else None  # kept in a dumped snapshot
+        skipped = [] if self.with_stacks else SKIPPED_ACTIONS if self.layout is None else ["snapshot"]
         torch.cuda.memory._record_memory_history(
             enabled="all",
             context="all" if self.with_stacks else None,
             stacks="python",
             max_entries=MAX_ENTRIES,
             clear_history=True,
-            skip_actions=[] if self.with_stacks else SKIPPED_ACTIONS,
+            skip_actions=skipped,
         )
         self.recording = True
 
@@ -163,6 +215,9 @@ class AllocatorTrace:
             snap = torch.cuda.memory._snapshot()
             if dump_to is not None:
                 import pickle
+
+                # the layout the replay started from: with it, the dump replays offline as the scanner did
+                snap["scan_start_segments"] = self._start_segments
 
                 with open(dump_to, "wb") as fh:
                     pickle.dump(snap, fh)
@@ -218,6 +273,7 @@ class StepPeak:
     activations_max: int
     allocated_at: dict  # tag -> allocated when the tag began (for boundary snapshots)
     activations_at: dict  # tag -> activations of that state
+    tails: int = 0  # bytes of blocks beyond their requests at the peak (scanner.block_layout)
 
 
 def _owner(states: list[tuple], tag: int, end: int) -> int:
@@ -261,4 +317,5 @@ def step_peak(states: list[tuple], phases: list[str], rep: Replay, first: int, e
         activations_max=max(act_at.values(), default=0),
         allocated_at={t: rep.start_allocated[t] for t in range(first, end + 1) if t in rep.start_allocated},
         activations_at=act_at,
+        tails=rep.interval_tails.get(best_tag, 0),
     )

@@ -154,13 +154,16 @@ class MemoryProbe(PhaseProbe):
         entries = self.trace.stop(snapshot_path)
         first = records[0]
         start = first.stats_start["allocated_bytes"]["all"]["current"]
-        rep = replay(entries, start, first.first_tag, len(self._states) - 1, self.trace.prefix)
+        layout = self.trace.layout
+        rep = replay(entries, start, first.first_tag, len(self._states) - 1, self.trace.prefix, layout)
         phases = resolve_phases(self._states, AFTER_BACKWARD, CLIP, OPTIMIZER, OTHER)
         for rec in records:
             sp = step_peak(self._states, phases, rep, rec.first_tag, rec.end_tag)
             counter = rec.stats_end["allocated_bytes"]["all"]["peak"]
             rec.peak_reserved = rec.stats_end["reserved_bytes"]["all"]["peak"]
             rec.peak, rec.peak_phase = sp.peak, sp.phase
+            rec.peak_tails = sp.tails
+            rec.start_tails = layout.start_tails if layout is not None else 0
             rec.peak_activations, rec.peak_grads, rec.peak_optimizer = sp.activations, sp.grads, sp.optimizer
             rec.phase_peaks = sp.phase_peaks
             rec.activations_max = max(rec.activations_max, sp.activations_max)
@@ -173,11 +176,13 @@ class MemoryProbe(PhaseProbe):
             if abs(sp.peak - counter) > PEAK_TOLERANCE:
                 logger.warning(
                     "scanner: step %d: replayed allocator history peaks at %d B but the allocator's counter says"
-                    " %d B (%d stale-tagged entries); using the counter, category attribution may be off",
+                    " %d B (%d stale-tagged entries, %d allocations the block layout did not place); using the"
+                    " counter, category attribution may be off",
                     rec.step,
                     sp.peak,
                     counter,
                     rep.stale,
+                    layout.unmatched if layout is not None else 0,
                 )
             rec.peak = counter  # the counter is the allocator's own figure; the replay located it
 

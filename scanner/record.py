@@ -57,6 +57,8 @@ class StepRecord:
     stats_start: dict | None = None
     other_start: int | None = None  # allocated at step start that is none of the categories (CUDA)
     stats_end: dict | None = None
+    peak_tails: int = 0  # bytes of blocks beyond their requests at the peak (CUDA without expandable segments)
+    start_tails: int = 0  # the same at step start (part of allocated then, none of the categories)
     first_tag: int = -1  # allocator-history tags of the step (trace mode): first..end_tag
     end_tag: int = -1
 

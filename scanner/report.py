@@ -23,6 +23,7 @@ MEM_FIELDS = (
     "mem_activations_max",
     "mem_temporaries",
     "mem_other",
+    "mem_block_tails",
     "mem_peak_allocated",
     "mem_peak_reserved",
     "mem_fragmentation",
@@ -80,6 +81,7 @@ class StepReport(TimeStepReport):
     mem_quant_state: int = 0  # the part of mem_params that is quantization state (block scales, code books)
     mem_temporaries: int | None = None
     mem_other: int | None = None
+    mem_block_tails: int | None = None  # allocator blocks beyond their requests at the peak (scanner.block_layout)
     mem_peak_allocated: int | None = None
     mem_peak_reserved: int | None = None
     mem_fragmentation: int | None = None
@@ -140,10 +142,12 @@ def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> Ste
     if on_cuda:
         r.mem_peak_allocated = rec.peak
         named = r.mem_params + r.mem_buffers + r.mem_grads + r.mem_optimizer + r.mem_activations
-        # "other" (held since before the step) is capped by what the peak leaves, so that temporaries, the
-        # step's transient rest, never goes negative should some of that memory be freed before the peak.
-        r.mem_other = min(rec.other_start or 0, max(0, rec.peak - named))
-        r.mem_temporaries = rec.peak - named - r.mem_other
+        # Block tails are allocated bytes no tensor owns (scanner.block_layout): their own figure, not a
+        # category's. "other" (held since before the step) is capped by what the peak leaves, so that
+        # temporaries, the step's transient rest, never goes negative should some of it be freed before the peak.
+        r.mem_block_tails = min(rec.peak_tails, max(0, rec.peak - named))
+        r.mem_other = min(max(0, (rec.other_start or 0) - rec.start_tails), max(0, rec.peak - named - r.mem_block_tails))
+        r.mem_temporaries = rec.peak - named - r.mem_other - r.mem_block_tails
         r.mem_peak_reserved = rec.peak_reserved
         r.mem_fragmentation = rec.peak_reserved - rec.peak
         s0, s1 = rec.stats_start, rec.stats_end

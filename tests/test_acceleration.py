@@ -217,3 +217,26 @@ def test_plan_notes_say_how_a_row_was_sized_and_what_it_does_not_model():
     counted = unmodelled(spec(load_in_8bit=True), "12 outlier columns over 7 8-bit layers")
     assert counted.endswith("8-bit outlier columns kept for backward: 12 outlier columns over 7 8-bit layers")
     assert "not modelled" not in counted
+
+
+def test_plan_notes_fused_mixer_kernels_a_run_would_take(tmp_path, monkeypatch):
+    """A Mamba-2 row is predicted with transformers' torch path; where causal_conv1d / mamba_ssm are installed the
+    run takes their kernels instead, and the note says so (a stand-in package: CPU machines lack the real one)."""
+    import json
+
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
+    from tunebench.planning.plan_matrix import unmodelled
+
+    model = tmp_path / "mamba2"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(dict(
+        model_type="mamba2", hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=512, expand=2,
+        conv_kernel=4, num_heads=8, head_dim=16, n_groups=1, chunk_size=16, pad_token_id=0)))
+    spec = typed([ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu", {"model_name_or_path": str(model)})])[0]
+    assert unmodelled(spec) is None
+    (tmp_path / "site" / "causal_conv1d").mkdir(parents=True)
+    (tmp_path / "site" / "causal_conv1d" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    note = unmodelled(spec)
+    assert note.startswith("not modelled: the fused mixer kernels installed here (causal_conv1d)"), note

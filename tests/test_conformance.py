@@ -35,7 +35,29 @@ FAMILIES = {  # the preset families (tiny), then families tunebench has no prese
                      use_parallel_residual=True),
     "phi": dict(model_type="phi", **_SMALL, partial_rotary_factor=0.5, resid_pdrop=0.1),
     "qwen3": dict(model_type="qwen3", **_SMALL, head_dim=16, tie_word_embeddings=True),
+    # layer kinds no preset has (issue T): squared-ReLU MLPs without a gate, xIELU without a gate, rotary-free
+    # layers, sliding-window + global layers, short convolutions, state-space mixers (alone and hybrid),
+    # fine-grained mixtures of experts
+    "nemotron": dict(model_type="nemotron", **_SMALL, hidden_act="relu2", partial_rotary_factor=0.5,
+                     tie_word_embeddings=False),
+    "arcee": dict(model_type="arcee", **_SMALL, hidden_act="relu2", tie_word_embeddings=False),
+    "apertus": dict(model_type="apertus", **_SMALL, hidden_act="xielu"),
+    "smollm3": dict(model_type="smollm3", **_SMALL, no_rope_layers=[1, 0], tie_word_embeddings=True, pad_token_id=0),
+    "cohere2": dict(model_type="cohere2", **_SMALL, sliding_window=16, pad_token_id=0,
+                    layer_types=["sliding_attention", "full_attention"]),
+    "gemma3": dict(model_type="gemma3_text", **_SMALL, head_dim=16, sliding_window=16, pad_token_id=0),
+    "lfm2": dict(model_type="lfm2", **{**_SMALL, "num_hidden_layers": 3}, block_auto_adjust_ff_dim=False,
+                 layer_types=["conv", "full_attention", "conv"], pad_token_id=0),
+    "mamba2": dict(model_type="mamba2", hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=512,
+                   expand=2, conv_kernel=4, num_heads=8, head_dim=16, n_groups=1, chunk_size=16, pad_token_id=0),
+    "bamba": dict(model_type="bamba", **_SMALL, mamba_d_state=8, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1,
+                  mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, attn_layer_indices=[1], pad_token_id=0),
+    "qwen3_moe": dict(model_type="qwen3_moe", **_SMALL, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=64, decoder_sparse_step=1),
+    "olmoe": dict(model_type="olmoe", **_SMALL, num_experts=4, num_experts_per_tok=2, pad_token_id=0),
 }
+# PEFT refuses LoRA on a Mamba mixer's out_proj and conv1d ("all-linear" includes out_proj): its input projection
+LORA_TARGETS = {"mamba2": ("in_proj",)}
 VARIANTS = {"full": {}, "lora": {"peft": "lora"}, "gc": {"checkpointing": True}, "ga": {"grad_accum": 2}}
 BATCH, SEQ, SCAN_STEP = 2, 32, 3
 
@@ -46,20 +68,21 @@ def _folder(tmp_path_factory, family: str):
     return str(folder)
 
 
-def _measured(model_dir: str, variant: dict) -> dict:
+def _measured(model_dir: str, variant: dict, targets: tuple = ("all-linear",)) -> dict:
     """The scanner's categories on a real CPU step of the model, trained as the entry trains it."""
     import torch
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import Trainer, TrainingArguments
 
     from scanner import Scanner
+    from tunebench.experiment.components import lora_targets
     from tunebench.experiment.entry_parser import checkpointing_renames
     from tunebench.experiment.models import load_model
 
     torch.manual_seed(0)
     model = load_model(model_dir, "float32")
     if variant.get("peft") == "lora":
-        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=lora_targets(targets),
                                                  task_type=TaskType.CAUSAL_LM))
     names = checkpointing_renames()
     checkpointing = {names.get("gradient_checkpointing", "gradient_checkpointing"): bool(variant.get("checkpointing")),
@@ -75,11 +98,11 @@ def _measured(model_dir: str, variant: dict) -> dict:
     return scanner.flat_metrics()
 
 
-def _predicted(model_dir: str, variant: dict) -> dict:
+def _predicted(model_dir: str, variant: dict, targets: tuple = ("all-linear",)) -> dict:
     from tunebench.planning.fake_step import StepShape, predict_step
 
     shape = StepShape(model_dir, "float32", BATCH, SEQ, padded=False, grad_accum=variant.get("grad_accum", 1),
-                      peft=variant.get("peft", "none"), lora_r=8, lora_alpha=16, lora_targets=("all-linear",),
+                      peft=variant.get("peft", "none"), lora_r=8, lora_alpha=16, lora_targets=targets,
                       checkpointing=bool(variant.get("checkpointing")))
     return predict_step(shape, round_to_cuda_blocks=False)
 
@@ -93,7 +116,9 @@ def _cases():
 @pytest.mark.parametrize("family, variant", _cases())
 def test_the_prediction_follows_every_architecture(tmp_path_factory, family, variant):
     model_dir = _folder(tmp_path_factory, family)
-    measured, predicted = _measured(model_dir, VARIANTS[variant]), _predicted(model_dir, VARIANTS[variant])
+    targets = LORA_TARGETS.get(family, ("all-linear",))
+    measured = _measured(model_dir, VARIANTS[variant], targets)
+    predicted = _predicted(model_dir, VARIANTS[variant], targets)
     for category, key in (("params", "params"), ("buffers", "buffers"), ("grads", "grads_full"),
                           ("optimizer", "optimizer")):
         assert predicted[key] == measured[f"scan_mem_{category}"], (category, predicted, measured)

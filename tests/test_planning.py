@@ -154,3 +154,15 @@ def test_gpu_attention_casts_float32_inputs_as_cudas_autocast_does():
             assert out.dtype == expected
             assert chosen[0] in ("cudnn", "efficient")  # a fused kernel of the stand-in: its saved tensors are ours
             assert {t.dtype for t in out.grad_fn.saved_tensors[:4]} == {expected}  # queries, keys, values, output
+
+
+def test_an_unquantized_model_plans_without_bitsandbytes(monkeypatch):
+    """bitsandbytes is an extra: a GPU host without it predicted nothing at all (every row "no module named
+    bitsandbytes") until the fake step asked for it only for quantized weights."""
+    import sys
+
+    from tunebench.planning.fake_step import StepShape, predict_step
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # importing it now raises ModuleNotFoundError
+    shape = StepShape("preset:llama-tiny", "bfloat16", 2, 64, padded=False, autocast_bf16=True)
+    assert predict_step(shape, gpu_arch=90)["peak"] > 0

@@ -28,7 +28,7 @@ def main() -> None:
     from tunebench.experiment.models import load_config, load_model
 
     torch.manual_seed(0)
-    model = load_model(args.model, "bfloat16").cuda()
+    model = load_model(args.model, "bfloat16", init_device="cuda:0")  # GPU init: the host CPU is slow
     model.config.use_cache = False  # as TRL trains
     names = checkpointing_renames()
     checkpointing = {names.get("gradient_checkpointing", "gradient_checkpointing"): args.checkpointing,

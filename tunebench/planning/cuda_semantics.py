@@ -29,13 +29,20 @@ FP32_CAST = frozenset({
     "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
     "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
     "softplus",
+    # Composite ops (ATen's or Python's) that CUDA's autocast reaches through their decomposition, found by
+    # asking CUDA (scripts/gpu/autocast_probe.py -> autocast_cuda.csv, replayed by tests/test_cuda_semantics.py).
+    # `square` is `pow(x, 2)` in ATen: a squared-ReLU MLP keeps a float32 copy of its activation.
+    "square", "ldexp", "mvlgamma", "norm_except_dim", "pairwise_distance", "trapezoid", "trapz",
+    "multilabel_soft_margin_loss", "gumbel_softmax", "linalg_vector_norm", "linalg_matrix_norm", "linalg_norm",
+    "special_erfinv", "special_expm1", "special_log1p", "special_logsumexp", "special_multigammaln",
 })
-FP32_SET_DTYPE = frozenset({"prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm"})
+FP32_SET_DTYPE = frozenset({"prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm",
+                            "softmin", "special_softmax", "special_log_softmax"})
 # Where a call of those can give its dtype positionally (its index in the call's args, the input first):
 # torch.softmax / Tensor.softmax (input, dim, dtype), log_softmax alike. The others' dtype is keyword-only
 # (sum, prod, cumsum, cumprod: native_functions.yaml), and F.softmax, F.log_softmax, torch.norm and
 # Tensor.norm hand every argument but the input on by keyword.
-_DTYPE_POSITION = {"softmax": 2, "log_softmax": 2}
+_DTYPE_POSITION = {"softmax": 2, "log_softmax": 2, "special_softmax": 2, "special_log_softmax": 2, "softmin": 3}
 _LOWER = None  # (torch.float16, torch.bfloat16), set on first use: importing torch here would slow start-up
 _ACTIVE: list[bool] = []  # whether the fake step now runs for a CUDA target (read by recompute_context)
 
@@ -92,7 +99,11 @@ def cuda_rules():
                 if name in FP32_CAST and any(_lower_precision(a) for a in (*args, *kwargs.values())):
                     args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)
                 elif name in FP32_SET_DTYPE and args and _lower_precision(args[0]) and kwargs.get("dtype") is None:
-                    args, kwargs = _float32_unless_given(name, args, kwargs)
+                    given = _float32_unless_given(name, args, kwargs)
+                    try:
+                        return func(*given[0], **given[1])
+                    except TypeError:  # an overload without a dtype (torch.norm(x) has none): cast instead
+                        args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)
             return func(*args, **kwargs)
 
     return CudaRules()

@@ -71,6 +71,31 @@ def with_outlier_columns(experiment: ExperimentSpec, shape):
     return dataclasses.replace(shape, int8_outliers=outliers), outliers.describe()
 
 
+# Families whose mixers take fused CUDA kernels when these packages are installed (transformers checks at import);
+# the fake step runs transformers' torch path, which the GPU evidence checked (lfm2, T in docs/evidence).
+FUSED_MIXER_KERNELS = {
+    "mamba": ("mamba_ssm", "causal_conv1d"), "mamba2": ("mamba_ssm", "causal_conv1d"),
+    "falcon_mamba": ("mamba_ssm", "causal_conv1d"), "bamba": ("mamba_ssm", "causal_conv1d"),
+    "falcon_h1": ("mamba_ssm", "causal_conv1d"), "granitemoehybrid": ("mamba_ssm", "causal_conv1d"),
+    "jamba": ("mamba_ssm", "causal_conv1d"), "nemotron_h": ("mamba_ssm", "causal_conv1d"),
+    "zamba": ("mamba_ssm", "causal_conv1d"), "zamba2": ("mamba_ssm", "causal_conv1d"),
+    "lfm2": ("causal_conv1d",), "lfm2_moe": ("causal_conv1d",), "qwen3_next": ("fla", "causal_conv1d"),
+}
+
+
+def fused_mixer_kernels(model_name_or_path: str) -> list[str]:
+    """The fused mixer kernels installed here that a run of this model would take instead of the torch path."""
+    import importlib.util
+
+    from tunebench.experiment.models import load_config
+
+    try:
+        model_type = getattr(load_config(model_name_or_path), "model_type", None)
+    except (OSError, ValueError):  # no config to read here: the prediction says so on its own
+        return []
+    return [name for name in FUSED_MIXER_KERNELS.get(model_type, ()) if importlib.util.find_spec(name) is not None]
+
+
 def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str | None:
     """What the fake step runs differently from the experiment, said rather than hidden behind a confident
     figure: Liger's fused kernels (its fused linear cross-entropy never materialises the logits) and
@@ -82,6 +107,10 @@ def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str |
                         "are over-predicted)")
     if experiment.value("training", "torch_compile"):
         settings.append("torch.compile's fused graphs (eager modules predicted)")
+    kernels = fused_mixer_kernels(experiment.model_name_or_path)
+    if kernels:
+        settings.append(f"the fused mixer kernels installed here ({', '.join(kernels)}); transformers' torch path "
+                        "of the state-space/convolution mixers is predicted")
     if outliers is not None and outliers.startswith("not counted"):
         # measured on H100 (scripts/gpu/int8_outliers.py): random-weight llama-3.1-8b, 2048 outlier columns a
         # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)

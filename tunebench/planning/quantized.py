@@ -51,12 +51,12 @@ def fake_parameter(module, param):
     plain parameter holding the packed data with the attributes the bitsandbytes modules read from theirs: the
     4-bit QuantState, or 8-bit's CB/SCB. The data and the state come from bitsandbytes' own quantize functions.
     """
+    kind = type(param).__name__
+    if kind not in PARAM_TYPES:
+        return None  # before importing bitsandbytes: an unquantized model must plan without it (an extra)
     import torch
     from bitsandbytes import functional
 
-    kind = type(param).__name__
-    if kind not in PARAM_TYPES:
-        return None
     full = torch.empty(param.shape, dtype=torch.bfloat16, device="cpu")
     if kind == "Params4bit":
         packed, state = functional.quantize_4bit(full, blocksize=param.blocksize,

@@ -215,7 +215,11 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_mem_activations_max", "bytes", LOWER, "memory", S_SCAN, "maximum over the step"),
     _m("scan_mem_other", "bytes", LOWER, "memory", S_SCAN,
        "held since before the step, none of the above: library workspaces, DDP buckets (CUDA)"),
-    _m("scan_mem_temporaries", "bytes", LOWER, "memory", S_SCAN, "peak − the categories above − other (CUDA)"),
+    _m("scan_mem_block_tails", "bytes", LOWER, "memory", S_SCAN,
+       "allocated blocks beyond their requests at the peak: a free block under 1 MiB larger than asked for is "
+       "handed out whole (CUDA without expandable segments; 0 with them)"),
+    _m("scan_mem_temporaries", "bytes", LOWER, "memory", S_SCAN,
+       "peak − the categories above − other − block tails (CUDA)"),
     _m("scan_mem_peak_allocated", "bytes", LOWER, "memory", S_SCAN, "allocator peak in the step (CUDA)"),
     _m("scan_mem_peak_reserved", "bytes", LOWER, "memory", S_SCAN, "allocator reserved peak in the step (CUDA)"),
     _m("scan_mem_fragmentation", "bytes", LOWER, "memory", S_SCAN, "peak reserved − peak allocated (CUDA)"),

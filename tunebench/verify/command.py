@@ -222,6 +222,8 @@ def input_problem(args) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from concurrent.futures.process import BrokenProcessPool
+
     import torch
 
     from tunebench.fileio import write_atomic
@@ -251,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmark.py verify: out of memory with {args.model} (batch {args.batch}, sequence {args.seq}): "
               f"{str(exc).splitlines()[0][:200]} (fix: a smaller --batch or --seq, --gradient_checkpointing, or "
               "a GPU with more memory)", file=sys.stderr)
+        return 1
+    except BrokenProcessPool:
+        # The memory run's process died without a Python error: the kernel's OOM killer (host memory) or a
+        # signal. Its own stderr above says more when there is more to say.
+        print(f"benchmark.py verify: the memory run of {args.model} (batch {args.batch}, sequence {args.seq}) died "
+              "without an error, most often out of host memory (fix: a smaller model, --batch or --seq, or a "
+              "host with more memory)", file=sys.stderr)
         return 1
     text, passed = report(result, args.tolerance)
     print(text)
