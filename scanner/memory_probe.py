@@ -175,15 +175,10 @@ class MemoryProbe(PhaseProbe):
                     snap["activations"] = sp.activations_at.get(tag - 1, sp.activations_at[tag])
             if abs(sp.peak - counter) > PEAK_TOLERANCE:
                 logger.warning(
-                    "scanner: step %d: replayed allocator history peaks at %d B but the allocator's counter says"
-                    " %d B (%d stale-tagged entries, %d allocations the block layout did not place); using the"
-                    " counter, category attribution may be off",
-                    rec.step,
-                    sp.peak,
-                    counter,
-                    rep.stale,
-                    layout.unmatched if layout is not None else 0,
-                )
+                    "scanner: step %d: replayed allocator history peaks at %d B but the allocator's counter says %d B"
+                    " (%d stale-tagged entries, %d allocations the block layout did not place); using the counter,"
+                    " category attribution may be off", rec.step, sp.peak, counter, rep.stale,
+                    layout.unmatched if layout is not None else 0)
             rec.peak = counter  # the counter is the allocator's own figure; the replay located it
 
     # ---------------------------------------------------------------- memory sampling

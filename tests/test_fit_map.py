@@ -74,3 +74,17 @@ def test_a_map_without_a_gpu_or_a_budget_is_refused_with_the_fix(tmp_path):
     assert proc.returncode == 2
     assert "--fit_map: there is no GPU here to fit to (fix: give --plan_device" in proc.stderr
     assert not (tmp_path / "map" / "fit_map.csv").exists()
+
+
+def test_an_8bit_row_says_the_micro_batch_its_outlier_columns_were_counted_at(monkeypatch):
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
+    from tunebench.planning import fit_map as fit_map_module
+
+    said = "12 outlier columns over 7 8-bit layers"
+    monkeypatch.setattr(fit_map_module, "with_outlier_columns", lambda experiment, shape: (shape, said))
+    spec = typed([ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu", {
+        "model_name_or_path": "preset:llama-tiny", "per_device_train_batch_size": 3, "max_seq_len": 32})])[0]
+    row = fit_map_module.fit_map([spec], 2 * 1024**3, "a 2 GiB budget", None).iloc[0]
+    assert row["pred_note"] == f"8-bit outlier columns counted at micro-batch 3: {said}"
+    assert row["max_micro_batch"] > 3

@@ -101,7 +101,7 @@ def test_tables_show_the_csv_numbers(results_csv):
     assert padding[0][:4] == ["experiment", "lengths", "padding", "attention kernel"]
     assert [row[1] for row in padding[1:]] == ["fixed", "fixed", "uniform", "uniform", "uniform"]
     worst = page.tables["predictions"]
-    assert worst[0] == ["experiment", "category", "predicted / measured − 1"] and worst[1][2] == "+1.00 %"
+    assert worst[0] == ["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"] and worst[1][2] == "+1.00 %"
 
 
 def test_failures_table_has_status_class_and_error_line(results_csv):
@@ -194,3 +194,25 @@ def test_example_gpu_csv_renders():
     page = parse(report.build_report(pd.read_csv(DATA / "report_example_gpu.csv"), "example"))
     assert len(page.images) == 4
     assert [r[1] for r in page.tables["failures"][1:]] == ["oom", "timeout"]
+
+
+def test_a_fit_map_beside_the_results_is_shown_as_a_batch_by_length_map(tmp_path):
+    import pandas as pd
+
+    from tunebench.results import report_fit_map
+
+    results = tmp_path / "benchmarks.csv"
+    assert report_fit_map.section(results) == ""  # no map, no section
+    pd.DataFrame([
+        {"model_name_or_path": "m", "framework_config": "none", "peft_method": "none", "max_seq_len": 1024,
+         "num_gpus": 1, "gpu": "NVIDIA H100 80GB HBM3", "max_micro_batch": 22},
+        {"model_name_or_path": "m", "framework_config": "none", "peft_method": "none", "max_seq_len": 2048,
+         "num_gpus": 1, "gpu": "NVIDIA H100 80GB HBM3", "max_micro_batch": 11},
+        {"model_name_or_path": "n", "framework_config": "gc", "peft_method": "lora", "max_seq_len": 2048,
+         "num_gpus": 1, "gpu": "NVIDIA H100 80GB HBM3", "max_micro_batch": None},
+    ]).to_csv(tmp_path / "fit_map.csv", index=False)
+    page = report_fit_map.section(results)
+    assert "<h3>NVIDIA H100 80GB HBM3</h3>" in page
+    assert "<th>1024 tokens</th><th>2048 tokens</th>" in page
+    assert '<td>m · none · none · 1 GPU(s)</td><td class="num">22</td><td class="num">11</td>' in page
+    assert '<td>n · gc · lora · 1 GPU(s)</td><td class="num">–</td><td class="num">–</td>' in page

@@ -112,13 +112,13 @@ def test_cpu_rows_rank_only_comparable_predictions_and_gpu_rows_are_unchanged(mo
     monkeypatch.setattr(charts, "predicted_vs_measured", keep)
     html_text, page = render(rows)
     assert page.tables["predictions"][1:] == [
-        ["gpus=2 · bs=4", "grads", "-100.00 %"],  # the GPU row keeps every category
-        ["gpus=1 · bs=4", "activations", "+3.08 %"],
-        ["gpus=2 · bs=4", "activations", "+1.00 %"],
-        ["gpus=1 · bs=8", "activations", "+0.00 %"],  # a few bytes under is not "-0.00 %"
-        ["gpus=1 · bs=4", "params", "+0.00 %"],
-        ["gpus=1 · bs=8", "params", "+0.00 %"],
-        ["gpus=2 · bs=4", "params", "+0.00 %"],
+        ["gpus=2 · bs=4", "grads", "-100.00 %", "–"],  # the GPU row keeps every category
+        ["gpus=1 · bs=4", "activations", "+3.08 %", "–"],
+        ["gpus=2 · bs=4", "activations", "+1.00 %", "–"],
+        ["gpus=1 · bs=8", "activations", "+0.00 %", "–"],  # a few bytes under is not "-0.00 %"
+        ["gpus=1 · bs=4", "params", "+0.00 %", "–"],
+        ["gpus=1 · bs=8", "params", "+0.00 %", "–"],
+        ["gpus=2 · bs=4", "params", "+0.00 %", "–"],
     ]
     assert "Not compared on the 2 CPU row(s): grads, temporaries (GPU rows compare every category)" in html_text
     assert "most gradient memory held at any phase boundary" in html_text
@@ -146,3 +146,15 @@ def test_columns_empty_in_every_row_are_named_not_shown():
     html_text, page = render(rows)
     assert "steady MFU" not in page.tables["experiments"][0] and "whole-run MFU" not in page.tables["experiments"][0]
     assert "Empty in every row, so not shown: steady MFU, whole-run MFU." in html_text
+
+
+def test_a_prediction_is_shown_against_its_calibrated_bound():
+    import pandas as pd
+
+    from tunebench.results.report_predictions import bound_word
+
+    row = pd.Series({"pred_mem_peak": 1000, "pred_mem_peak_upper": 1010, "mem_peak_torch_max_allocated_bytes": 1005})
+    assert bound_word(row, "peak", "mem_peak_torch_max_allocated_bytes") == "within (+1.00 %)"
+    row["mem_peak_torch_max_allocated_bytes"] = 1011
+    assert bound_word(row, "peak", "mem_peak_torch_max_allocated_bytes").startswith("above (+1.00 %)")
+    assert bound_word(row.drop("pred_mem_peak_upper"), "peak", "mem_peak_torch_max_allocated_bytes") == "–"

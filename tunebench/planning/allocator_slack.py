@@ -5,9 +5,9 @@ CUDA experiments run with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unl
 (docs/evidence/fit-edge-h100.md: with the default allocator 4 of 10 points predicted to fit ran out of memory on one
 large request that the fragmented cache could not place; with expandable segments the allocated peak was the
 prediction to 0.01 GiB, throughput unchanged, and the allocator gave back what it had cached when it needed it).
-What it cannot give back (segment tails, the small-block pool, pages partly in use) is the slack: reserved −
-allocated at the last micro-batch of a sweep that ran when the next one ran out, where the allocator held only what
-the step needed. Each sweep in allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's
+What it cannot give back (segment tails, the small-block pool, pages partly in use) is the slack: reserved − the
+predicted peak's calibrated bound (planning.residuals) at the last micro-batch of a sweep that ran when the next
+one ran out, where the allocator held only what the step needed; `fits` adds it to the same bound. Each sweep in allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's
 rows) gives its last point; the slack is the largest of those measured with the same allocator setting.
 """
 
@@ -17,6 +17,7 @@ import functools
 import logging
 from pathlib import Path
 
+from tunebench.planning.residuals import upper, upper_columns
 from tunebench.telemetry.environment import cuda_alloc_conf
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,11 @@ def sweep_edges(rows) -> list[dict]:
         last = ran.loc[ran["per_device_train_batch_size"].idxmax()]
         if oom["per_device_train_batch_size"].min() <= last["per_device_train_batch_size"]:
             continue  # an OOM below a point that ran: not an edge (a crowded GPU, a flaky run)
-        slack = int(last["mem_peak_torch_max_reserved_bytes"]) - int(last["mem_peak_torch_max_allocated_bytes"])
+        allocated = int(last["mem_peak_torch_max_allocated_bytes"])
+        predicted = last.get("pred_mem_peak")
+        if predicted is not None and pd.notna(predicted):  # over the bound `fits` adds the slack to (residuals)
+            allocated = upper(int(predicted), "peak", keys[0], keys[-1])
+        slack = int(last["mem_peak_torch_max_reserved_bytes"]) - allocated
         edges.append({**dict(zip(SWEEP_KEYS, keys, strict=True)), "micro_batch": int(last["per_device_train_batch_size"]),
                       "slack": max(0, slack)})
     return edges
@@ -68,3 +73,14 @@ def edge_slack(alloc_conf: str | None = None) -> int:
                        "assumed", conf)
         same = [edge["slack"] for edge in edges]
     return max(same, default=0)
+
+
+def verdict_columns(prediction: dict, capacity: int | None, cuda: bool, gpu_name: str | None) -> dict:
+    """The prediction's calibrated bounds and its `fits` columns: on CUDA the peak's bound plus the allocator's
+    slack at the edge, judged against `capacity`; elsewhere the peak itself (no allocator, no GPU residuals)."""
+    from tunebench.planning.predict import fit_columns
+
+    if not cuda:
+        return fit_columns(prediction["pred_mem_peak"], capacity)
+    bounds = upper_columns(prediction, gpu_name)
+    return {**bounds, **fit_columns(bounds["pred_mem_peak_upper"], capacity, slack=edge_slack())}

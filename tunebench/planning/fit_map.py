@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from tunebench.planning.allocator_slack import edge_slack
-from tunebench.planning.predict import fit_columns, predict, shape_and_sharding, usable_bytes
+from tunebench.planning.allocator_slack import verdict_columns
+from tunebench.planning.plan_matrix import with_outlier_columns
+from tunebench.planning.predict import predict, shape_and_sharding, usable_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -67,15 +68,18 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             continue
         seen.add(key)
         shape, sharding = shape_and_sharding(experiment)
+        # 8-bit rows keep outlier columns counted on the experiment's own micro-batch; more tokens can only add
+        # columns, so the map's larger micro-batches are lower bounds there, and the row says so.
+        shape, outliers = with_outlier_columns(experiment, shape)
+        counted = f"8-bit outlier columns counted at micro-batch {shape.micro_batch}: {outliers}" if outliers else None
         cuda = experiment.device_type == "cuda"
-        slack = edge_slack() if cuda else 0
         memo: dict[int, dict[str, Any]] = {}
 
-        def verdict(batch: int, shape=shape, sharding=sharding, cuda=cuda, slack=slack, memo=memo) -> dict:
+        def verdict(batch: int, shape=shape, sharding=sharding, cuda=cuda, memo=memo) -> dict:
             if batch not in memo:
                 row = predict(dataclasses.replace(shape, micro_batch=batch), sharding, cuda=cuda, cache=cache,
                               gpu_arch=gpu_arch)
-                memo[batch] = {**row, **fit_columns(row["pred_mem_peak"], capacity, slack)}
+                memo[batch] = {**row, **verdict_columns(row, capacity, cuda, device_name)}
             return memo[batch]
 
         try:
@@ -91,7 +95,7 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             rows.append(_row(key, device_name, capacity, None, None, None, f"no prediction ({str(exc)[:160]})"))
             continue
         at, beyond = (verdict(best) if best else None), verdict(best + 1)
-        rows.append(_row(key, device_name, capacity, best, at, beyond, None))
+        rows.append(_row(key, device_name, capacity, best, at, beyond, counted))
         logger.info("fit map: %s %s seq %s: micro-batch %d fits (%d predictions)", key[0], key[1], key[3], best,
                     len(memo))
     return pd.DataFrame(rows)
@@ -102,6 +106,7 @@ def _row(key, device_name, capacity, best, at, beyond, note) -> dict[str, Any]:
     return {"model_name_or_path": model, "framework_config": framework, "peft_method": peft, "max_seq_len": seq,
             "num_gpus": gpus, "gpu": device_name, "pred_capacity_bytes": capacity, "max_micro_batch": best,
             "pred_mem_peak": at["pred_mem_peak"] if at else None,
+            "pred_mem_peak_upper": at.get("pred_mem_peak_upper") if at else None,
             "pred_mem_reserved": at["pred_mem_reserved"] if at else None,
             "pred_fit_margin_bytes": at["pred_fit_margin_bytes"] if at else None,
             "next_pred_mem_reserved": beyond["pred_mem_reserved"] if beyond else None,

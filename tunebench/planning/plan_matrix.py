@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from tunebench.experiment.spec import ExperimentSpec
-from tunebench.planning.allocator_slack import edge_slack
-from tunebench.planning.predict import fit_columns, predict, shape_and_sharding
+from tunebench.planning.allocator_slack import verdict_columns
+from tunebench.planning.predict import predict, shape_and_sharding
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +34,8 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             shape, sharding = shape_and_sharding(experiment)
             shape, outliers = with_outlier_columns(experiment, shape)
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
-            judged = experiment.device_type == "cuda" or host_budget
             cuda = experiment.device_type == "cuda"
-            row.update(fit_columns(row["pred_mem_peak"], capacity if judged else None,
-                                   slack=edge_slack() if cuda else 0))
+            row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name))
             note = unmodelled(experiment, outliers)
             if note:
                 row["pred_note"] = note
@@ -135,7 +133,7 @@ def plan_table(experiments: list[ExperimentSpec], predictions: dict[str, dict[st
                      f"{e.arguments.get('gradient_accumulation_steps')}",
                      **{f"{c} GiB": _gib(p, f"pred_mem_{c}") for c in ("params", "grads", "optimizer",
                                                                         "activations", "temporaries", "peak")},
-                     "reserved GiB": _gib(p, "pred_mem_reserved"),
+                     "bound GiB": _gib(p, "pred_mem_peak_upper"), "reserved GiB": _gib(p, "pred_mem_reserved"),
                      "fits": p.get("pred_fits"), "margin GiB": _gib(p, "pred_fit_margin_bytes")})
     return pd.DataFrame(rows)
 

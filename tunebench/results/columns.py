@@ -259,7 +259,10 @@ REGISTRY: tuple[Column, ...] = (
        "`temporaries`, `other`: cuBLAS workspaces and DDP buckets); on CPU, activations are the step's maximum"),
     _m("pred_mem_peak", "bytes", None, "memory", S_PRED, "predicted peak allocated per rank (the sum of the above)"),
     _m("pred_capacity_bytes", "bytes", None, "memory", S_PRED, "one GPU's memory (--plan_device or the GPU present)"),
-    _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak + the allocator's slack measured at a GPU's edge (0 on CPU); compare with scan_mem_peak_reserved at the edge (below it the cache keeps more)"),
+    _m("pred_mem_<category>_upper", "bytes", None, "memory", S_PRED,
+       "calibrated upper bound (CUDA): the prediction × (1 + the largest under-prediction measured for this GPU and "
+       "allocator setting in tunebench/planning/residuals.csv, which every evidence run extends); `peak` too"),
+    _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak_upper + the allocator's slack measured over it at a GPU's edge (pred_mem_peak on CPU); compare with scan_mem_peak_reserved at the edge (below it the cache keeps more)"),
     _k("pred_fits", METRIC, "-", S_PRED, "pred_mem_reserved ≤ capacity − 1 GiB (CUDA context)"),
     _m("pred_fit_margin_bytes", "bytes", None, "memory", S_PRED, "usable capacity − pred_mem_reserved (negative: OOM)"),
     _m("pred_seconds", "s", None, "time", S_PRED, "time the prediction took (0 when a cached shape was reused)"),

@@ -20,6 +20,7 @@ from tunebench.results import (
     pareto,
     report_acceleration,
     report_comparison,
+    report_fit_map,
     report_predictions,
     report_tune,
 )
@@ -239,6 +240,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         _padding_section(df, warnings),
         "<h2>Memory: predicted before launch vs measured</h2>",
         report_predictions.section(df, df["_label"]),
+        report_fit_map.section(source),  # a `plan --fit_map` beside the CSV: its batch × length map
         "<h2>Failures</h2>",
         _failures_table(df),
         "<h2>Environment</h2>",

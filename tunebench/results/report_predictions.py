@@ -67,17 +67,29 @@ def _exclusion_note(df: pd.DataFrame) -> str:
             f"compare every category):<ul>{items}</ul></div>")
 
 
-def worst(df: pd.DataFrame, labels: pd.Series, count: int = WORST_ROWS) -> list[tuple[str, str, float]]:
-    """(label, category, predicted / measured − 1) of the comparable pairs, largest |error| first."""
+def worst(df: pd.DataFrame, labels: pd.Series, count: int = WORST_ROWS) -> list[tuple[str, str, float, str]]:
+    """(label, category, predicted / measured − 1, the bound's word) of the comparable pairs, largest |error|
+    first."""
+    measured_of = dict(ERROR_PAIRS)
     found = []
     for name, _ in ERROR_PAIRS:
         column = f"pred_error_{name}"
         if column not in df.columns:
             continue
         errors = df[column].where(comparable(df, name)).dropna()
-        found += [(abs(error), labels[i], name, error) for i, error in errors.items()]
+        found += [(abs(error), labels[i], name, error, bound_word(df.loc[i], name, measured_of[name]))
+                  for i, error in errors.items()]
     found.sort(key=lambda item: -item[0])
-    return [(label, name, error) for _, label, name, error in found[:count]]
+    return [item[1:] for item in found[:count]]
+
+
+def bound_word(row: pd.Series, name: str, measured: str) -> str:
+    """The calibrated bound of a prediction (planning.residuals) and whether the measurement stayed under it."""
+    bound, predicted, actual = row.get(f"pred_mem_{name}_upper"), row.get(f"pred_mem_{name}"), row.get(measured)
+    if not all(pd.api.types.is_number(v) and pd.notna(v) for v in (bound, predicted, actual)) or not predicted:
+        return "–"
+    over = f"+{100 * (bound / predicted - 1):.2f} %"
+    return f"within ({over})" if actual <= bound else f"above ({over}): a new residual for the data"
 
 
 def section(df: pd.DataFrame, labels: pd.Series) -> str:
@@ -91,8 +103,10 @@ def section(df: pd.DataFrame, labels: pd.Series) -> str:
     if not any(f"pred_error_{name}" in df.columns for name, _ in ERROR_PAIRS):
         return chart + note
     # + 0.0 turns a rounded -0.0 into 0.0: a prediction a few bytes over is not "-0.00 %".
-    rows = [[label, name, f"{round(100 * error, 2) + 0.0:+.2f} %"] for label, name, error in worst(df, labels)]
+    rows = [[label, name, f"{round(100 * error, 2) + 0.0:+.2f} %", bound]
+            for label, name, error, bound in worst(df, labels)]
     if not rows:
         return chart + note + "<h3>Worst predictions</h3><p>No comparable prediction error in this CSV.</p>"
     return (chart + note + "<h3>Worst predictions</h3>"
-            + table(["experiment", "category", "predicted / measured − 1"], rows, numeric={2}, cls="predictions"))
+            + table(["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"], rows,
+                    numeric={2}, cls="predictions"))

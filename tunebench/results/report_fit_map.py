@@ -1,0 +1,50 @@
+"""The fit-map part of a report: the largest micro-batch that fits, as a batch × sequence-length map per model and
+GPU, from the `fit_map.csv` that `benchmark.py plan --fit_map` wrote next to the results."""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from tunebench.results.folder import FIT_MAP
+from tunebench.results.report_html import table
+
+logger = logging.getLogger(__name__)
+
+
+def _cell(value) -> str:
+    return "–" if value is None or pd.isna(value) else f"{int(value)}"
+
+
+def section(results_csv: str | Path) -> str:
+    """'' without a fit map beside the CSV; else, per GPU, one row per model × framework config × PEFT × GPUs and
+    one column per sequence length, each cell the largest micro-batch predicted to fit (– : no prediction)."""
+    path = Path(results_csv).parent / FIT_MAP
+    if not path.is_file():
+        return ""
+    try:
+        fits = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        return f'<p class="warn-summary">{FIT_MAP} could not be read: {html.escape(str(exc))}</p>'
+    needed = {"model_name_or_path", "framework_config", "peft_method", "max_seq_len", "num_gpus", "gpu",
+              "max_micro_batch"}
+    if not needed <= set(fits.columns):
+        return f'<p class="warn-summary">{FIT_MAP} lacks {", ".join(sorted(needed - set(fits.columns)))}.</p>'
+    parts = ["<h2>Largest micro-batch that fits (plan --fit_map)</h2>",
+             "<p>Each cell is the largest micro-batch whose predicted reserved memory (the calibrated bound of the "
+             "peak plus the allocator's slack) fits the GPU, by sequence length.</p>"]
+    keys = ["model_name_or_path", "framework_config", "peft_method", "num_gpus"]
+    for gpu, rows in fits.fillna({"gpu": "this host"}).groupby("gpu", sort=True):
+        lengths = sorted(rows["max_seq_len"].dropna().unique())
+        body = []
+        for key, group in rows.groupby(keys, sort=True, dropna=False):
+            by_length = dict(zip(group["max_seq_len"], group["max_micro_batch"], strict=True))
+            body.append([f"{key[0]} · {key[1]} · {key[2]} · {key[3]} GPU(s)",
+                         *(_cell(by_length.get(length)) for length in lengths)])
+        parts.append(f"<h3>{html.escape(str(gpu))}</h3>")
+        parts.append(table(["model · framework · PEFT · GPUs", *(f"{int(n)} tokens" for n in lengths)], body,
+                           numeric=set(range(1, len(lengths) + 1)), cls="fit-map"))
+    return "\n".join(parts)
