@@ -31,20 +31,23 @@ def architecture(device_name: str | None) -> int:
     return HOPPER
 
 
-def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int) -> str:
+def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:
     """The fused kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs, in torch's
-    order for that GPU (measured on H100/H200 with torch 2.11: cuDNN for masked and unmasked bf16 rows alike).
-    `math` when none applies."""
+    order for that GPU. On H100 (torch 2.11) every rule here was checked against torch's own selector over 864
+    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/test_attention_choice.py): cuDNN for half-precision
+    heads up to 256 with or without masks, MLA's 192/128 query/value heads included; the memory-efficient kernel
+    otherwise, but never for grouped-query heads (`enable_gqa` with fewer key heads), which go to `math`."""
     import torch
 
     half = query.dtype in (torch.float16, torch.bfloat16)
-    head_dim = query.shape[-1]
-    same_dims = key.shape[-1] == head_dim == value.shape[-1]
-    if arch >= 90 and half and same_dims and head_dim <= 256 and head_dim % 8 == 0:
-        return "cudnn"  # head_dim 256 too (gemma-2b, measured on H100)
-    if arch >= 80 and half and same_dims and head_dim <= 256 and head_dim % 8 == 0 and attn_mask is None:
+    qk, v = query.shape[-1], value.shape[-1]
+    fits_cudnn = key.shape[-1] == qk and qk <= 256 and qk % 8 == 0 and v <= 256 and v % 8 == 0
+    grouped = enable_gqa and key.shape[-3] != query.shape[-3]
+    if arch >= 90 and half and fits_cudnn:
+        return "cudnn"
+    if arch >= 80 and half and fits_cudnn and qk == v and attn_mask is None:
         return "flash"
-    if arch >= 50 and query.dtype in (torch.float16, torch.bfloat16, torch.float32):
+    if arch >= 50 and query.dtype in (torch.float16, torch.bfloat16, torch.float32) and not grouped:
         return "efficient"
     return "math"
 
@@ -100,7 +103,7 @@ def gpu_attention(arch: int, chosen: list):
         # (float32 queries reach it from an 8-bit layer fed by a float32 LayerNorm: gpt-bigcode lora-int8's peak was
         # over-predicted by 5.9 % on H100 without this cast, 0.01 % with it).
         query, key, value, attn_mask = _autocast_lower(query, key, value, attn_mask)
-        kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch)
+        kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch, enable_gqa)
         chosen.append(kernel)
         if kernel == "math":
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
