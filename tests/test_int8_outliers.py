@@ -131,3 +131,40 @@ def test_a_host_without_room_for_the_forward_gets_a_lower_bound_and_the_matrix_g
     assert row["pred_mem_peak"] > 0
     assert "not counted: the weights" in row["pred_note"] and "lower bound" in row["pred_note"]
     assert not (tmp_path / "cache" / "int8-outliers").exists()
+
+
+def test_the_counting_child_dies_with_its_parent_whatever_stops_it(tmp_path):
+    """SIGKILL to the harness (no handler runs): the child that counts outlier columns is ended by the kernel."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import os, sys, time; from tunebench.planning.int8_outliers import die_with_parent; "
+    "die_with_parent(int(sys.argv[1])); open(sys.argv[2], 'w').write(str(os.getpid())); time.sleep(120)",
+    str(os.getpid()), {str(pid_file)!r}])
+child.wait()
+"""])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return  # dead, waiting for an init that reaps slowly
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its parent")

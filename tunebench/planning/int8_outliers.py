@@ -162,6 +162,7 @@ def _measure(request: dict, batch: dict) -> dict[str, int]:
     """Count in a child process: on this host's GPU when the experiment trains on one and one is here (seconds,
     and a preset's weights are then the run's own: the same seed on the same device), else on the CPU. A child,
     so the harness never holds a CUDA context (its memory would be missing from every experiment after it)."""
+    import os
     import subprocess
     import sys
     import tempfile
@@ -172,7 +173,7 @@ def _measure(request: dict, batch: dict) -> dict[str, int]:
         torch.save(batch, Path(folder) / "batch.pt")
         (Path(folder) / "request.json").write_text(json.dumps(request))
         try:
-            done = subprocess.run([sys.executable, "-m", __name__, folder], capture_output=True, text=True,
+            done = subprocess.run([sys.executable, "-m", __name__, folder, str(os.getpid())], capture_output=True, text=True,
                                   timeout=CHILD_TIMEOUT, check=False)
         except subprocess.TimeoutExpired as exc:
             raise NotCalibrated(f"the forward that counts them took over {CHILD_TIMEOUT} s") from exc
@@ -247,8 +248,25 @@ def _weights_identity(model: str) -> list:
         sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in folder.glob("*.bin"))
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel end this process when its parent dies, however the parent was stopped (SIGKILL included,
+    which no handler sees): the count never outlives the harness. Linux only (prctl); elsewhere the parent's
+    timeout bounds it."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 if __name__ == "__main__":
     import sys
 
+    die_with_parent(int(sys.argv[2]))
     target = Path(sys.argv[1])
     write_atomic(target / "counts.json", json.dumps(_count_here(target)))
