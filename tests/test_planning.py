@@ -146,11 +146,11 @@ def test_gpu_attention_casts_float32_inputs_as_cudas_autocast_does():
 
     with FakeTensorMode():
         query = torch.empty(2, 4, 128, 64, requires_grad=True)
-        key = torch.empty(2, 1, 128, 64, requires_grad=True)
+        key = torch.empty(2, 4, 128, 64, requires_grad=True)  # no grouped heads: float32 takes a fused kernel too
         for autocast, expected in ((True, torch.bfloat16), (False, torch.float32)):
             chosen: list[str] = []
             with gpu_attention(HOPPER, chosen), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                out = F.scaled_dot_product_attention(query, key, key, is_causal=True, enable_gqa=True)
+                out = F.scaled_dot_product_attention(query, key, key, is_causal=True)
             assert out.dtype == expected
             assert chosen[0] in ("cudnn", "efficient")  # a fused kernel of the stand-in: its saved tensors are ours
             assert {t.dtype for t in out.grad_fn.saved_tensors[:4]} == {expected}  # queries, keys, values, output

@@ -8,11 +8,11 @@ import logging
 import sys
 from pathlib import Path
 
+from tunebench.api.matrix import Matrix, MatrixOptions, build
+from tunebench.api.planning import plan_target
+from tunebench.api.planning import predictions as api_predictions
 from tunebench.cli.options import (
-    CPU_SCENARIOS,
-    MAX_RUNS,
     OPTION_RANGES,
-    REPO_ROOT,
     booleans,
     build_parser,
     numbers,
@@ -27,12 +27,8 @@ from tunebench.execution.guardian import Guardian
 from tunebench.execution.runner import run_matrix
 from tunebench.experiment.arguments import parse_memory_logging
 from tunebench.fileio import write_atomic
-from tunebench.matrix.expansion import Matrices, expand
-from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios
-from tunebench.matrix.validation import Sources, validate
 from tunebench.results import folder as results_folder
 from tunebench.results import summaries as results
-from tunebench.telemetry.gpus import query_gpus
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +43,9 @@ def resolve_device(device: str, gpus: list) -> str:
 
 
 def plan(options: argparse.Namespace):
-    """Load, expand and validate; raises InputError with every problem found."""
+    """Load, expand and validate; raises InputError with every problem found (the command line's and the files')."""
     problems: list[InputProblem] = []
-    gpus = query_gpus() if options.device in ("auto", "cuda") else []
-    device_type = resolve_device(options.device, gpus)
-    scenarios_path = options.scenarios_config_path or str(REPO_ROOT / ("scenarios.yaml" if device_type == "cuda" else CPU_SCENARIOS))
-    if not options.scenarios_config_path and device_type == "cpu":
-        logger.info("no GPU found: using the CPU scenario set %s", scenarios_path)
-    scenario_file = load_scenarios(scenarios_path, problems)
-    defaults = load_defaults(options.defaults_config_path, problems)
-    framework_configs = load_framework_configs(options.framework_configs_path, problems)
-    from tunebench.matrix.inputs import load_yaml
-
-    accelerate_config = load_yaml(options.accelerate_config, problems) or {}
-    matrices = Matrices(
+    matrices = dict(
         num_gpus=numbers(options.num_gpus_matrix, "--num_gpus_matrix", problems) or [1],
         effective_batch_size=numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
         max_seq_len=numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
@@ -85,43 +70,17 @@ def plan(options: argparse.Namespace):
             executor = make_executor(options.executor)
         except InputError as exc:
             problems += exc.problems
-    if problems:
-        raise InputError(problems)
-    selected = scenario_file.scenarios
-    if options.run_only_scenarios:
-        wanted = split(options.run_only_scenarios)
-        names = {s.name for s in selected}
-        for name in wanted:
-            if name not in names:
-                problems.append(InputProblem("command line", "--run_only_scenarios", f"no scenario {name!r} in "
-                                             f"{scenarios_path}", "choose from: " + ", ".join(sorted(names))))
-        selected = [s for s in selected if s.name in wanted]
-    elif not options.include_slow:
-        selected = [s for s in selected if not s.slow]
-    defaults = {**defaults, "memory_logging": ",".join(sorted(memory_logging)) or "none"}
-    experiments = expand(selected, framework_configs, defaults, scenario_file.data_processing, matrices,
-                         device_type, accelerate_config, problems, scenarios_source=scenarios_path)
-    if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
-        raise InputError([InputProblem("command line", "--repeats" if options.repeats > 1 else "matrix",
-                                       f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
-                                       f"than the {MAX_RUNS:,} runs one command takes",
-                                       "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
-    sources = Sources(defaults, options.defaults_config_path, {s.name: s.arguments for s in selected},
-                      scenarios_path, scenario_file.data_processing, options.framework_configs_path)
-    experiments, found = validate(experiments, sources, cuda_here=bool(gpus))
-    problems += found
-    if not experiments and not problems:
-        slow = not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
-        problems.append(InputProblem(scenarios_path, "scenarios", "the matrix has no experiment to run",
-                                     "pass --include_slow (every scenario is `slow: true`)" if slow else
-                                     "add a scenario, or check the matrix options"))
-    if problems:
-        raise InputError(problems)
+    matrix = build(MatrixOptions(
+        scenarios=options.scenarios_config_path, defaults=options.defaults_config_path,
+        framework_configs=options.framework_configs_path, accelerate_config=options.accelerate_config,
+        device=options.device, run_only_scenarios=split(options.run_only_scenarios) if options.run_only_scenarios
+        else None, include_slow=options.include_slow, memory_logging=frozenset(memory_logging),
+        repeats=options.repeats, **matrices), problems)
     if options.executor != "local" and not options.dry_run:
         # Last: asking the cluster is the slowest check (joining Ray, sinfo). An unreachable cluster, or one the
         # experiments do not fit, is an input error within a bound.
-        executor.check(run_options(options, gpus, memory_logging, {}), experiments)
-    return experiments, device_type, gpus, memory_logging
+        executor.check(run_options(options, matrix.gpus, memory_logging, {}), matrix.experiments)
+    return matrix.experiments, matrix.device_type, matrix.gpus, memory_logging
 
 
 def run_options(options: argparse.Namespace, gpus, memory_logging: set[str], predictions: dict) -> RunOptions:
@@ -142,25 +101,9 @@ def run_options(options: argparse.Namespace, gpus, memory_logging: set[str], pre
     )
 
 
-def plan_target(options, gpus) -> tuple[int | None, str | None]:
-    """(capacity in bytes, device name) that predictions are judged against: --plan_device, else the GPUs here."""
-    from tunebench.planning.predict import device_capacity
-
-    try:
-        capacity = device_capacity(options.plan_device, gpus[0].memory_total_mib if gpus else None)
-    except ValueError as exc:
-        raise InputError([InputProblem("command line", "--plan_device", str(exc), "e.g. --plan_device 80GiB")]) from None
-    return capacity, options.plan_device or (gpus[0].name if gpus else None)
-
-
 def predictions_for(options, experiments, gpus) -> dict:
     """pred_* columns per experiment_id, for the device given by --plan_device or the GPUs present."""
-    from tunebench.planning.plan_matrix import plan_experiments
-
-    capacity, device_name = plan_target(options, gpus)
-    if capacity is None and any(e.device_type == "cuda" for e in experiments):
-        logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
-    return plan_experiments(experiments, capacity, host_budget=bool(options.plan_device), device_name=device_name)
+    return api_predictions(Matrix(experiments, "", gpus, MatrixOptions()), options.plan_device)
 
 
 def _write_fit_map(options, experiments, gpus) -> int:
@@ -168,7 +111,7 @@ def _write_fit_map(options, experiments, gpus) -> int:
     from tunebench.planning.attention_kernels import architecture
     from tunebench.planning.fit_map import fit_map
 
-    capacity, device_name = plan_target(options, gpus)
+    capacity, device_name = plan_target(options.plan_device, gpus)
     if capacity is None:
         raise InputError([InputProblem("command line", "--fit_map", "there is no GPU here to fit to",
                                        "give --plan_device (a GPU name or a size such as 80GiB)")])

@@ -10,18 +10,16 @@ import argparse
 import logging
 import os
 import re
-from pathlib import Path
 
 from transformers.hf_argparser import string_to_bool
 
+from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT
 from tunebench.bounds import Range
 from tunebench.command_line import MAX_COUNT, MAX_MINUTES, SECONDS, Parser
 from tunebench.errors import InputProblem
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range). Every int/float
 # option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
 OPTION_RANGES: dict[str, Range] = {
@@ -29,8 +27,6 @@ OPTION_RANGES: dict[str, Range] = {
     "--cpu_slots": Range(0, 4096), "--ray_connect_timeout": Range(0, 3600, low_open=True),
     "--repeats": Range(1, 100), "--slurm_time_limit": Range(1, MAX_MINUTES),
 }
-# Experiments of one command (matrix × repeats): each is validated, given a folder and a row before anything runs.
-MAX_RUNS = 10_000
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
                 "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list",

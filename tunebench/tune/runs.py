@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from tunebench import cli
+from tunebench.api.matrix import resolve_device
 from tunebench.cli.options import build_parser
 from tunebench.errors import InputError
 from tunebench.execution.runner import run_matrix
@@ -72,7 +73,7 @@ class HarnessRuns:
             from tunebench.telemetry.gpus import query_gpus
 
             gpus = query_gpus() if self.options.device in ("auto", "cuda") else []
-            self.device_type = cli.resolve_device(self.options.device, gpus)
+            self.device_type = resolve_device(self.options.device, gpus)
         return self.device_type
 
     def predict(self, points: list[Point]) -> dict[Point, dict[str, Any]]:
