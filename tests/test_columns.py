@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tunebench.experiment.entry_parser import entry_parser
-from tunebench.results import columns
+from tunebench.results import column_docs, columns
 from tunebench.results import compare_rules as rules
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_a_new_column_without_a_declaration_is_caught(arguments):
 
 
 def test_the_readme_tables_are_generated_from_the_registry():
-    assert columns.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.columns"
+    assert column_docs.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.column_docs"
     text = (REPO / "README.md").read_text()
     for column in ("steady_nonpad_tokens_per_second", "pred_mem_peak", "concurrent_experiments", "scan_time_backward"):
         assert f"`{column}`" in text

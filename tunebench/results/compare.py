@@ -23,11 +23,11 @@ from tunebench.results.compare_markdown import render_markdown
 from tunebench.results.compare_result import CompareResult
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 from tunebench.results.samples import Runs, load_samples
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
-OK = "ok"
-SKIPPED = "skipped"
+OK, SKIPPED = Status.OK, Status.SKIPPED
 
 
 # ----------------------------------------------------------------------------------------------- judging
