@@ -58,7 +58,7 @@ REGISTRY: tuple[Column, ...] = (
     _k("per_device_train_batch_size", IDENTITY, "samples", S_ID, "micro-batch per device"),
     _k("gradient_accumulation_steps", IDENTITY, "count", S_ID, "micro-batches per optimizer step"),
     _k("max_seq_len", IDENTITY, "tokens", S_ID, "maximum tokens per sequence"),
-    _k("packing", IDENTITY, "-", S_ID, "packing on/off"),
+    _k("packing", IDENTITY, "bool", S_ID, "packing on/off"),
     _k("peft_method", IDENTITY, "-", S_ID, "`none`, `lora`, `prompt-tuning`"),
     _k("torch_dtype", IDENTITY, "-", S_ID, "dtype the weights are created in"),
     _k("quantization", IDENTITY, "-", S_ID,
@@ -337,6 +337,13 @@ def lookup(name: str) -> Column | None:
                 return Column(name, parent.kind, parent.unit, f"{suffix[1:]} over ranks of `{base}`",
                               parent.section, parent.direction, parent.family)
     return next((c for c in _PATTERNS if c.pattern.match(name)), None)
+
+
+def text_columns() -> list[str]:
+    """Declared columns whose cells are words, whatever they look like: read back from a CSV as text (an id or a
+    git hash of digits keeps its leading zeros, a driver version stays a version, a scenario called 2024 a name)."""
+    return [c.name for c in REGISTRY if c.unit == "-" and c.pattern is None and c.kind in (IDENTITY, OUTCOME,
+                                                                                          ENVIRONMENT)]
 
 
 def kind_of(name: str) -> str:
