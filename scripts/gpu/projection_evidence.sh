@@ -3,7 +3,7 @@
 #   bash scripts/gpu/projection_evidence.sh [RESULTS]
 # 1. scripts/gpu/gpu_peaks.py: the GPU's measured matmul rate and bandwidth (~15 s) -> $OUT/peaks.json
 # 2. the 11 experiments of scripts/gpu/scenarios-projection.yaml through the harness (nvidia-smi sidecar on for
-#    power), bounded by BUDGET seconds (default 430): then Ctrl-C, whose exit keeps every finished experiment in
+#    power), bounded by BUDGET seconds (default 480): then Ctrl-C, whose exit keeps every finished experiment in
 #    the CSVs. Each experiment folder gets kernels.csv.gz (the scanned step's kernel split).
 # 3. $OUT/results.tgz (CSVs, spec/results/steps/scan JSON, nvidia_smi.csv, the end of stderr.log of each
 #    experiment) and $OUT/kernels-<scenario group>.tgz (the kernels.csv.gz files), $OUT/log.txt, $OUT/gpus.csv.
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm,clocks.max.mem --format=csv \
   > "$out/gpus.csv" 2>&1
 timeout 60 python3 scripts/gpu/gpu_peaks.py "$out/peaks.json" > /dev/null 2>&1 || echo "gpu_peaks.py failed" >&2
-timeout --signal=INT "${BUDGET:-430}" python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-projection.yaml \
+timeout --signal=INT "${BUDGET:-480}" python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-projection.yaml \
   --results_output_path "$results" --log_nvidia_smi --timeout 300 > "$out/log.full" 2>&1
 status=$?
 tail -c 1500000 "$out/log.full" > "$out/log.txt"; rm -f "$out/log.full"
