@@ -21,6 +21,7 @@ import gzip
 import io
 import json
 import logging
+import re
 from typing import Any
 
 from .kernel_classes import CLASSES, classify
@@ -33,6 +34,8 @@ LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 ROW_FIELDS = ("step", "phase", "class", "start_us", "dur_us", "launch_us", "stream", "name", "op", "op_dims",
               "op_types", "bytes", "grid", "block")
 PHASES = ("forward", "backward", "clip", "optimizer", "other")
+SYNC = "sync"  # a host call that waited for the GPU (not GPU work: kept out of every GPU sum)
+_HOST_WAIT = re.compile(r"Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cuMemcpyDtoH|^cuMemcpyHtoD(?!Async)")
 
 
 def marker_name(event: str, phase: str) -> str:
@@ -153,7 +156,24 @@ def kernel_rows(trace: dict[str, Any]) -> tuple[list[dict], dict[str, int]]:
             "op_types": _compact(op_args.get("Input type")), "bytes": args.get("bytes", ""),
             "grid": _compact(args.get("grid")), "block": _compact(args.get("block")),
         })
+    rows += _sync_rows(events, starts, labels, origin)
     return rows, left_out
+
+
+def _sync_rows(events: list[dict], starts: list[float], labels: list, origin: float) -> list[dict]:
+    """Host calls that wait for the GPU (stream/device/event synchronize, a synchronous memcpy), class `sync`:
+    where the host's timeline depends on the GPU's (a projection must not treat that wait as host work)."""
+    rows = []
+    for e in events:
+        if e.get("cat") not in LAUNCH_CATEGORIES or not _HOST_WAIT.search(str(e.get("name", ""))) or "ts" not in e:
+            continue
+        where = locate(float(e["ts"]), starts, labels)
+        if where is not None:
+            ts = round(float(e["ts"]) - origin, 3)
+            rows.append({"step": where[1], "phase": where[0], "class": SYNC, "start_us": ts,
+                         "dur_us": float(e.get("dur", 0.0)), "launch_us": ts, "stream": "", "name": e["name"],
+                         "op": "", "op_dims": "", "op_types": "", "bytes": "", "grid": "", "block": ""})
+    return rows
 
 
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -170,6 +190,8 @@ def union_seconds(intervals: list[tuple[float, float]]) -> float:
 def summarise_kernels(rows: list[dict], steps: int, left_out: dict[str, int] | None = None) -> dict[str, Any]:
     """Per scanned step: kernel count, summed and busy (union) seconds, per class and per phase × class."""
     steps = max(1, steps)
+    host_sync = sum(r["dur_us"] for r in rows if r["class"] == SYNC) / 1e6 / steps
+    rows = [r for r in rows if r["class"] != SYNC]
     spans = [(r["start_us"], r["start_us"] + r["dur_us"]) for r in rows]
     by_step: dict[int, list[tuple[float, float]]] = {}
     for r, span in zip(rows, spans, strict=True):
@@ -191,7 +213,7 @@ def summarise_kernels(rows: list[dict], steps: int, left_out: dict[str, int] | N
         "time_s": sum(r["dur_us"] for r in rows) / 1e6 / steps, "busy_s": union_seconds(spans) / steps,
         "span_s": sum(max(b for _, b in s) - min(a for a, _ in s) for s in by_step.values()) / 1e6 / steps,
         "classes": classes, "phases": {p: phases[p] for p in sorted(phases, key=_phase_order)},
-        "left_out": dict(left_out or {}), "note": None,
+        "host_sync_s": host_sync, "left_out": dict(left_out or {}), "note": None,
     }
 
 
@@ -236,6 +258,7 @@ def flat_kernels(summary: dict[str, Any] | None, prefix: str = "scan_kernel_") -
     out: dict[str, Any] = {
         prefix + "source": summary["source"], prefix + "count": summary["count"], prefix + "time": summary["time_s"],
         prefix + "busy_time": summary["busy_s"], prefix + "span_time": summary["span_s"],
+        prefix + "host_sync_time": summary.get("host_sync_s"),
         prefix + "note": summary.get("note") or _left_out_note(summary.get("left_out") or {}),
     }
     for cls, seconds in summary["classes"].items():

@@ -66,6 +66,8 @@ def one_step(t0=0.0, corr0=0):
         launch(t0 - 5, c + 8), kernel(ADD, t0 + 2, 1, c + 8),  # queued before the step: outside
         launch(t0 + 410, c + 9), kernel(ADD, t0 + 420, 1, c + 9),  # after the step's end: outside
         kernel(ADD, t0 + 430, 1),  # nothing links it to a launch: unmatched
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": t0 + 360, "dur": 7, "tid": 1,
+         "args": {"correlation": c + 50}},  # the host waits for the GPU: a sync row, no GPU time
     ]
 
 
@@ -74,7 +76,9 @@ def test_synthetic_step_sums_by_class_and_phase_exactly():
     assert left_out == {"unmatched": 1, "outside": 2}
     s = summarise_kernels(rows, steps=1, left_out=left_out)
     us = 1e-6
-    assert s["count"] == 8
+    assert s["count"] == 8 and s["host_sync_s"] == pytest.approx(7 * us)
+    syncs = [r for r in rows if r["class"] == "sync"]
+    assert [(r["name"], r["phase"], r["dur_us"]) for r in syncs] == [("cudaStreamSynchronize", "other", 7)]
     assert s["classes"] == pytest.approx({"gemm": 50 * us, "attention": 100 * us, "comm": 100 * us,
                                           "optimizer": 25 * us, "norm": 0.0, "reduction": 3 * us, "copy": 0.0,
                                           "elementwise": 20 * us, "transfer": 3 * us, "other": 0.0})

@@ -30,6 +30,8 @@ KERNEL_COLUMNS: tuple[tuple, ...] = (
     ("scan_kernel_time", "metric", "s", None, "phase", "their summed durations"),
     ("scan_kernel_busy_time", "metric", "s", None, "phase", "the union of their intervals: the GPU's busy time"),
     ("scan_kernel_span_time", "metric", "s", None, "phase", "first kernel start → last kernel end"),
+    ("scan_kernel_host_sync_time", "metric", "s", None, "phase",
+     "host time spent waiting for the GPU (synchronize calls, synchronous copies): rows of class `sync`"),
     ("scan_kernel_<phase>_busy_time", "metric", "s", None, "phase",
      f"busy time of the kernels launched in a phase ({_PHASES})"),
     ("scan_kernel_<phase>_<class>_time", "metric", "s", None, "phase",
