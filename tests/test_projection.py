@@ -159,3 +159,22 @@ def test_plan_project_from_writes_projection_csv_and_bad_input_exits_2(tmp_path)
         done = subprocess.run([*command[:-1], str(target), *bad], capture_output=True, text=True, timeout=300)
         assert done.returncode == 2 and key in done.stderr, done.stderr[-2000:]
         assert not (target / "projection.csv").exists()
+
+
+def test_the_report_compares_gpu_kinds_from_projection_csv(tmp_path):
+    from report_fixtures import parse
+
+    from tunebench.results import report_projection
+
+    base = {"scenario": "proj", "framework_config": "none", "proj_source_device": H100, "proj_num_gpus": 1,
+            "steady_tokens_per_second": 1000.0}
+    pd.DataFrame([{**base, "proj_device": "NVIDIA H200", "proj_steady_tokens_per_second": 1100.0},
+                  {**base, "proj_device": "NVIDIA L40S", "proj_steady_tokens_per_second": 300.0},
+                  {**base, "scenario": "cpu-row", "proj_device": "NVIDIA L40S", "proj_steady_tokens_per_second": None,
+                   "proj_note": "not projected: no kernel split"}]).to_csv(tmp_path / "projection.csv", index=False)
+    assert report_projection.section(tmp_path / "raw_summary.csv").count("<img") == 1
+    page = parse(report_projection.section(tmp_path / "raw_summary.csv"))
+    assert page.tables["projection"] == [
+        ["experiment", f"1× {H100} (measured)", "1× NVIDIA H200", "1× NVIDIA L40S"],
+        ["proj · none", "1,000", "1,100", "300"]]
+    assert report_projection.section(tmp_path / "elsewhere" / "raw_summary.csv") == ""

@@ -142,11 +142,11 @@ def _run_options(opt) -> None:
         "× sequence length, in `<out>/fit_map.csv`")
     opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
         "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
-        "`<out>/projection.csv` (README \"Projection\")")
+        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README \"Projection\")")
     opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the projection's GPU table "
         "(`tunebench/planning/projection/gpus.yaml`)")
     opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
-        "`proj_usd_per_million_tokens` (no prices are shipped)")
+        "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
     opt("--project_num_gpus", type=int, default=1, metavar="N", help="GPUs of --plan_device to project to")
     opt("--project_parallelism", choices=["ddp", "fsdp2"], default=None,
         help="how --project_num_gpus GPUs share the work: DDP replicas or FSDP2 shards")

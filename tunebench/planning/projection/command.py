@@ -65,8 +65,13 @@ def write_projection(options) -> int:
     if options.project_num_gpus > 1 and options.project_parallelism is None:
         raise InputError([InputProblem("command line", "--project_parallelism", f"{options.project_num_gpus} GPUs "
                                        "need a parallelism", "--project_parallelism ddp (or fsdp2)")])
-    frame = projection(Path(options.project_from), options.plan_device, options.gpu_table, options.gpu_hour_usd,
-                       options.project_num_gpus, options.project_parallelism)
+    targets = [t.strip() for t in options.plan_device.split(",") if t.strip()]
+    if options.gpu_hour_usd is not None and len(targets) > 1:
+        raise InputError([InputProblem("command line", "--gpu_hour_usd", "one price for several GPU kinds",
+                                       "give each GPU's price as usd_per_hour in a --gpu_table file")])
+    frame = pd.concat([projection(Path(options.project_from), target, options.gpu_table, options.gpu_hour_usd,
+                                  options.project_num_gpus, options.project_parallelism) for target in targets],
+                      ignore_index=True)
     print(frame[[c for c in SHOWN if c in frame.columns]].to_string(index=False))
     path = Path(options.results_output_path) / PROJECTION
     write_atomic(path, frame.to_csv(index=False))

@@ -159,12 +159,14 @@ def _layers(model: str) -> int:
 
 
 def cost_columns(projected: dict[str, Any], target: Gpu, gpu_hour_usd: float | None) -> dict[str, Any]:
-    """USD per million non-padding tokens (from the user's price) and J/token (from the table's power)."""
+    """USD per million non-padding tokens (the user's price: `gpu_hour_usd`, else the table's `usd_per_hour` from a
+    user YAML) and J/token (the table's power figure)."""
     rate, n = projected.get("proj_steady_nonpad_tokens_per_second"), projected.get("proj_num_gpus") or 1
     out: dict[str, Any] = {"proj_usd_per_million_tokens": None, "proj_joules_per_token": None}
+    price = gpu_hour_usd if gpu_hour_usd is not None else target.value("usd_per_hour")
     if rate:
-        if gpu_hour_usd is not None:
-            out["proj_usd_per_million_tokens"] = gpu_hour_usd * n / 3600 / rate * 1e6
+        if price is not None:
+            out["proj_usd_per_million_tokens"] = price * n / 3600 / rate * 1e6
         if target.value("power_w"):
             out["proj_joules_per_token"] = target.value("power_w") * n / rate
     return out
