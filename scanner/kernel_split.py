@@ -24,6 +24,7 @@ import logging
 import re
 from typing import Any
 
+from .atomic import atomic_write
 from .kernel_classes import CLASSES, classify
 
 logger = logging.getLogger(__name__)
@@ -223,8 +224,6 @@ def _phase_order(phase: str) -> int:
 
 def write_rows(path: str, rows: list[dict]) -> None:
     """The per-kernel rows as a gzipped CSV (fixed mtime: the same rows give the same bytes), written atomically."""
-    from .outputs import atomic_write
-
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=ROW_FIELDS, lineterminator="\n")
     writer.writeheader()
