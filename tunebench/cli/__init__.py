@@ -188,6 +188,12 @@ def _environment_error(exc: OSError) -> int:
 
 
 def _checked_run(options: argparse.Namespace, planning_only: bool) -> int:
+    if planning_only and options.project_from:  # measured rows onto another GPU: no matrix to expand
+        from tunebench.planning.projection.command import write_projection
+        if problems := option_problems(options, OPTION_RANGES) + results_folder.check(options.results_output_path):
+            raise InputError(problems)
+        with results_lock(Path(options.results_output_path)):
+            return write_projection(options)
     matrix, settings = read_command_line(options)
     if planning_only:
         return _plan_command(options, matrix)

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 # option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
 CORE_RANGES: dict[str, Range] = {
     "--timeout": SECONDS, "--cpu_slots": Range(0, 4096), "--repeats": Range(1, 100),
+    "--gpu_hour_usd": Range(0, 1e6), "--project_num_gpus": Range(1, 4096),
 }
 # The plugins' options carry their own ranges (executors, trackers: tunebench.cli.plugin_options).
 OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
@@ -139,6 +140,16 @@ def _run_options(opt) -> None:
     opt("--fit_map", action="store_true", help="with `benchmark.py plan`: instead of the matrix's rows, the largest "
         "micro-batch predicted to fit the GPU (--plan_device or the one here) per model × framework config × PEFT "
         "× sequence length, in `<out>/fit_map.csv`")
+    opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
+        "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
+        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README \"Projection\")")
+    opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the projection's GPU table "
+        "(`tunebench/planning/projection/gpus.yaml`)")
+    opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
+        "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
+    opt("--project_num_gpus", type=int, default=1, metavar="N", help="GPUs of --plan_device to project to")
+    opt("--project_parallelism", choices=["ddp", "fsdp2"], default=None,
+        help="how --project_num_gpus GPUs share the work: DDP replicas or FSDP2 shards")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
         "predicted peak and the capacity (implies `--plan`)")
     opt("--executor", choices=EXECUTORS.names(), default=Executor.LOCAL.value,

@@ -42,6 +42,7 @@ from tunebench.results.column_types import (  # noqa: F401 (the registry's vocab
     _k,
     _m,
 )
+from tunebench.results.columns_extra import KERNEL_COLUMNS, PROJECTION_COLUMNS, S_KERNEL, S_PROJ
 from tunebench.vocabulary import Direction
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,8 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_comm_<kind>_bytes", "bytes", LOWER, "memory", S_COMM, "per kind"),
     _m("scan_comm_<kind>_time", "s", LOWER, "phase", S_COMM, "per kind"),
     _k("scan_comm_<kind>_dtype", METRIC, "-", S_COMM, "per kind: dtypes seen"),
+    *(Column(n, kind, unit, meaning, S_KERNEL, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in KERNEL_COLUMNS),
     # ---------------------------------------------------------------- prediction
     _m("pred_mem_<category>", "bytes", None, "memory", S_PRED,
        "predicted per rank at the step's peak (`params`, `buffers`, `grads`, `optimizer`, `activations`, "
@@ -265,6 +268,8 @@ REGISTRY: tuple[Column, ...] = (
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     _k("pred_note", METRIC, "-", S_PRED,
        "why a `pred_error_*` is empty although both figures exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
+    *(Column(n, kind, unit, meaning, S_PROJ, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in PROJECTION_COLUMNS),
     # ---------------------------------------------------------------- environment
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),

@@ -22,6 +22,7 @@ from tunebench.results import (
     report_comparison,
     report_fit_map,
     report_predictions,
+    report_projection,
     report_tune,
 )
 from tunebench.results import compare as cmp
@@ -242,6 +243,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "<h2>Memory: predicted before launch vs measured</h2>",
         report_predictions.section(df, df["_label"]),
         report_fit_map.section(source),  # a `plan --fit_map` beside the CSV: its batch × length map
+        report_projection.section(source),  # a `plan --project_from` beside the CSV: tokens/s by GPU kind
         "<h2>Failures</h2>",
         _failures_table(df),
         "<h2>Environment</h2>",
