@@ -107,9 +107,11 @@ def _clear_previous_attempt(folder: Path) -> None:
 
 def _harness_trackers(options: RunOptions) -> list:
     """The harness-side telemetry the options ask for (tunebench.telemetry.trackers)."""
+    from tunebench.telemetry.environment_summary import SteadyEnvironmentTracker
     from tunebench.telemetry.host_load import HostLoadTracker
 
-    trackers: list = [HostLoadTracker()]  # always: what else ran on the host is part of every measurement
+    # always: what else ran on the host and its GPUs is part of every measurement
+    trackers: list = [HostLoadTracker(), SteadyEnvironmentTracker()]
     if options.log_nvidia_smi:
         trackers.append(NvidiaSidecarTracker(SidecarSettings(options.nvidia_smi_backend, options.nvidia_smi_loop_ms)))
     return trackers

@@ -15,6 +15,8 @@ import logging
 import re
 from dataclasses import dataclass
 
+from tunebench.results import columns_environment as environment
+
 logger = logging.getLogger(__name__)
 
 IDENTITY, ARGUMENT, OUTCOME, METRIC, ENVIRONMENT, BOOKKEEPING = (
@@ -52,7 +54,7 @@ S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S
     "Acceleration: torch.compile and loss parity",
     "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
     "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
-SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK)
+SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, environment.SECTION, S_BOOK)
 
 REGISTRY: tuple[Column, ...] = (
     # ---------------------------------------------------------------- identity
@@ -281,6 +283,8 @@ REGISTRY: tuple[Column, ...] = (
     _k("<package>_version", ENVIRONMENT, "-", S_ENV, "torch, transformers, trl, peft, accelerate, datasets"),
     _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
     _k("host_cpu_count", ENVIRONMENT, "count", S_ENV, "logical CPUs of the host that ran the experiment (`os.cpu_count()`)"),
+    *(_k(name, ENVIRONMENT, u, S_ENV, meaning) for name, u, meaning in environment.RUN_ENVIRONMENT),
+    *(_k(name, ENVIRONMENT, u, environment.SECTION, meaning) for name, u, meaning in environment.STEADY_ENVIRONMENT),
     # ---------------------------------------------------------------- bookkeeping
     _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
     _k("experiment_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the harness launched the experiment"),
