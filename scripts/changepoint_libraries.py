@@ -6,6 +6,7 @@ the false-alarm rate. Run it with each library installed in its own environment 
 versions); it prints one JSON line of scores:
 
     python scripts/changepoint_libraries.py --library ruptures-pelt-l2 --series 400
+    PYTHONPATH=. python scripts/changepoint_libraries.py --library tunebench --series 400  # the choice, as used
     python scripts/changepoint_libraries.py --library otava --series 400          # apache-otava installed
     python scripts/changepoint_libraries.py --library spa-edivisive --series 400  # signal-processing-algorithms
 
@@ -81,6 +82,7 @@ LIBRARIES = {
     "ruptures-pelt-l1-b4": lambda v: ruptures_pelt(v, "l1", 4.0),
     "ruptures-pelt-l1-b5": lambda v: ruptures_pelt(v, "l1", 5.0),
     "ruptures-pelt-rbf": lambda v: ruptures_pelt(v, "rbf", 3.0),
+    "tunebench": lambda v: __import__("tunebench.history.changepoints", fromlist=["x"]).change_points(v),
     "otava": lambda v: otava(v, 0.001),
     "otava-p0.01": lambda v: otava(v, 0.01),
     "spa-edivisive": lambda v: spa(v, 0.01),
