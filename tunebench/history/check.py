@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 KEYS = tuple(k for k in rules.DEFAULT_KEYS if k != "gpu_name")
 DEFAULT_METRIC = "steady_step_time_median"
+# The store's own columns beside each row: where and when a run was stored, never a cause.
+STORE_COLUMNS = frozenset({"run_id", "run_label", "run_number", "run_started", "source", "started_unix"})
 
 
 @dataclass
@@ -79,7 +81,7 @@ def _sets(rows: pd.DataFrame, column: str) -> str:
 def what_changed(before: pd.DataFrame, after: pd.DataFrame) -> str:
     """Arguments, versions, GPU, driver, host and the steady window's environment that differ between two groups."""
     parts = []
-    for column in sorted(c for c in before.columns if c in after.columns and c not in KEYS):
+    for column in sorted(c for c in before.columns if c in after.columns and c not in KEYS and c not in STORE_COLUMNS):
         if rules.is_argument_column(column) or column in rules.ENVIRONMENT_COLUMNS:
             a, b = _sets(before, column), _sets(after, column)
             if a != b:
