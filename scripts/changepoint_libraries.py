@@ -83,6 +83,8 @@ LIBRARIES = {
     "ruptures-pelt-l1-b5": lambda v: ruptures_pelt(v, "l1", 5.0),
     "ruptures-pelt-rbf": lambda v: ruptures_pelt(v, "rbf", 3.0),
     "tunebench": lambda v: __import__("tunebench.history.changepoints", fromlist=["x"]).change_points(v),
+    "tunebench-b3": lambda v: __import__("tunebench.history.changepoints", fromlist=["x"]).change_points(v, beta=3.0),
+    "tunebench-b4": lambda v: __import__("tunebench.history.changepoints", fromlist=["x"]).change_points(v, beta=4.0),
     "otava": lambda v: otava(v, 0.001),
     "otava-p0.01": lambda v: otava(v, 0.01),
     "spa-edivisive": lambda v: spa(v, 0.01),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import unicodedata
 from pathlib import Path
 
 from tunebench.bounds import Range
@@ -62,7 +63,7 @@ def _problems(args, path: Path) -> list[InputProblem]:
                 problems.append(InputProblem("command line", results, "no such results folder",
                                              "give folders written by benchmark.py --results_output_path"))
         label = args.label or ""
-        if len(label) > MAX_LABEL or any(ord(c) < 32 or ord(c) == 127 for c in label):
+        if len(label) > MAX_LABEL or any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
             problems.append(InputProblem("command line", "--label", f"at most {MAX_LABEL} printable characters",
                                          "e.g. --label v1.2.0 or --label $(git rev-parse --short HEAD)"))
     elif not path.is_file():
