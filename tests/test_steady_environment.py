@@ -63,7 +63,9 @@ def test_another_process_on_the_gpu_is_named_and_the_experiments_own_is_not(fake
     assert (columns["gpu_sm_clock_mhz"], columns["gpu_sm_clock_max_mhz"], columns["gpu_mem_clock_mhz"]) == (1980, 1980, 2619)
     assert columns["gpu_clock_event_reasons"] == "none" and columns["gpu_temperature_max_c"] == 41
     assert columns["gpu_power_limit_w"] == 700.0 and columns["environment_samples"] >= 4
-    assert summary.warnings_for(columns, "cuda") == [
+    assert summary.warnings_for({**columns, "host_load_per_core": 1.5}, "cuda")[1] == (
+        "host loaded: the 1-minute load average reached 1.50 per core during the steady window")
+    assert summary.warnings_for({**columns, "host_load_per_core": 0.2}, "cuda") == [
         f"GPU shared with another process during the steady window: burner (pid {cotenant}, 1.0 GiB) (its times are "
         "not comparable)"]
 
@@ -148,6 +150,11 @@ def test_explain_names_what_moved_and_nothing_else():
         "other processes on the GPU 0 → 1 (burner (pid 7, 1.0 GiB))", "SM clock 1980 → 1755 MHz",
         "clock event reasons none → sw_thermal_slowdown", "GPU temperature 60 → 81 °C", "power cap 700 → 500 W",
         "host load 0.10 → 1.60 per core", "CPU governor performance → powersave"]
+    hidden = summary.group_view([{"gpu_other_processes": 0, "gpu_memory_used_before_mib": 700}])
+    assert summary.explain(summary.group_view([{"gpu_memory_used_before_mib": 4}]), hidden) == [
+        "GPU memory in use before the start 4 → 700 MiB"]
+    assert summary.problems(hidden) == ["GPU memory held before the start (700 MiB): another process nvidia-smi does "
+                                        "not list here?"]
     assert summary.problems(shared) == ["GPU shared with another process: burner (pid 7, 1.0 GiB)",
                                         "host loaded (1.60 per core)", "GPU clocks held back (sw_thermal_slowdown)"]
 

@@ -31,6 +31,9 @@ COLUMNS = ("gpu_other_processes", "gpu_other_process_names", "gpu_other_memory_m
 CLOCK_MOVE = 0.03  # a clock that moved more than 3 % between two groups is named
 TEMPERATURE_MOVE_C = 10.0
 LOAD_MOVE = 0.5  # load per core
+# Memory in use on the GPU before an experiment starts: a few MiB on an idle GPU; another process's context and
+# tensors are hundreds. It names a co-tenant where nvidia-smi lists no processes (some containers).
+MEMORY_BEFORE_MOVE_MIB = 256.0
 
 
 def decode_reasons(mask: str | None) -> set[str] | None:
@@ -172,7 +175,8 @@ def group_view(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return sorted({str(r[column]) for r in rows if isinstance(r.get(column), str) and r[column]})
 
     view: dict[str, Any] = {"rows": len(rows)}
-    for column, pick in (("gpu_other_processes", max), ("gpu_sm_clock_mhz", statistics.median),
+    for column, pick in (("gpu_other_processes", max), ("gpu_memory_used_before_mib", max),
+                         ("gpu_sm_clock_mhz", statistics.median),
                          ("gpu_mem_clock_mhz", statistics.median), ("gpu_temperature_max_c", max),
                          ("gpu_power_limit_w", min), ("host_load_per_core", max)):
         values = numbers(column)
@@ -187,6 +191,9 @@ def problems(view: dict[str, Any]) -> list[str]:
     found = []
     if view.get("gpu_other_processes"):
         found.append(f"GPU shared with another process: {view.get('gpu_other_process_names')}")
+    elif (view.get("gpu_memory_used_before_mib") or 0) > MEMORY_BEFORE_MOVE_MIB:
+        found.append(f"GPU memory held before the start ({view['gpu_memory_used_before_mib']:.0f} MiB): another "
+                     "process nvidia-smi does not list here?")
     if (view.get("host_load_per_core") or 0) > 1.0:
         found.append(f"host loaded ({view['host_load_per_core']:.2f} per core)")
     reasons = view.get("gpu_clock_event_reasons")
@@ -206,6 +213,9 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     if others[0] != others[1]:
         found.append(f"other processes on the GPU {others[0]} → {others[1]}"
                      + (f" ({after['gpu_other_process_names']})" if after.get("gpu_other_process_names") else ""))
+    m0, m1 = before.get("gpu_memory_used_before_mib"), after.get("gpu_memory_used_before_mib")
+    if m0 is not None and m1 is not None and abs(m1 - m0) > MEMORY_BEFORE_MOVE_MIB:
+        found.append(f"GPU memory in use before the start {m0:.0f} → {m1:.0f} MiB")
     for column, label in (("gpu_sm_clock_mhz", "SM clock"), ("gpu_mem_clock_mhz", "memory clock")):
         if _moved(before.get(column), after.get(column), CLOCK_MOVE):
             found.append(f"{label} {before[column]:.0f} → {after[column]:.0f} MHz")
