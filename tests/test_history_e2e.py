@@ -5,8 +5,11 @@ data loading from run 12 (no argument changed) are added to the store and `histo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,34 @@ def test_bisect_finds_the_slow_commit_of_a_repository(tmp_path):
     assert not (tmp_path / "bisect" / "code").exists()  # its checkouts are gone, the runs kept
     assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
                           text=True).stdout == ""  # the repository was only read
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_bisect_leaves_no_process_behind(tmp_path, stop):
+    from test_fault_injection import survivors, tree
+
+    repo = tmp_path / "lib"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    good = _commit(repo, "one", {"README": "1\n"})
+    _commit(repo, "two", {"README": "2\n"})
+    options = write_inputs(tmp_path, [tiny_scenario("endless", max_steps=100000)])
+    token = uuid.uuid4().hex
+    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache"), "KILL_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmark.py"), "bisect", "--repo", str(repo), "--good", good,
+                             "--bad", "HEAD", "--store", str(tmp_path / "h.duckdb"), "--workdir", str(tmp_path / "b"),
+                             "--", *options, "--memory_logging", "none"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "b").glob("results/*/endless_*/stdout.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the experiment is training
+    known = tree(proc.pid)
+    assert proc.poll() is None and len(known) >= 3, known  # bisect's harness, its preload server, the experiment
+    proc.send_signal(stop)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (-9 if stop == signal.SIGKILL else 128 + stop), err[-2000:]
+    stopped = time.monotonic()
+    while survivors(token, known) and time.monotonic() - stopped < 15:
+        time.sleep(0.2)
+    assert survivors(token, known) == []

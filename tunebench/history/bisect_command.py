@@ -24,6 +24,7 @@ import pandas as pd
 from tunebench.bounds import Range
 from tunebench.command_line import Parser, option_problems
 from tunebench.errors import InputError, InputProblem
+from tunebench.execution.guard import HarnessStopped
 from tunebench.history import bisect, check, metadata, store
 from tunebench.results import compare_rules as rules
 from tunebench.results.samples import steady_seconds
@@ -212,3 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     except CannotTell as exc:
         print(f"tunebench bisect: cannot tell: {exc}", file=sys.stderr)
         return 3
+    except HarnessStopped as exc:
+        print(f"tunebench bisect: stopped by {exc}: the running step was stopped", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("tunebench bisect: interrupted: the running step was stopped", file=sys.stderr)
+        return 130

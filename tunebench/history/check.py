@@ -12,7 +12,6 @@ driver, host and the steady window's environment (tunebench.telemetry.environmen
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,18 +157,11 @@ def describe(finding: Finding) -> list[str]:
     lines = [head]
     if len(finding.regimes) >= 2:
         before, after = finding.regimes[-2:]
-        change = finding.runs[after[0]]
-        judged = finding.judged
-        move = 100 * (finding.values[after[0]] / finding.values[before[1] - 1] - 1)
-        if judged.get("ci_low") is not None and not math.isnan(judged.get("ci_low", math.nan)):
-            ratio = np.median(finding.values[after[0]:after[1]]) / np.median(finding.values[before[0]:before[1]])
-            move = 100 * (ratio - 1)
-            lines.append(f"  run {change} opened the newest regime: {move:+.1f} % "
-                         f"({sampled.interval_text(pd.Series(judged))}) from {_span(finding.runs, before)} "
-                         f"to {_span(finding.runs, after)}")
-        else:
-            lines.append(f"  run {change} opened the newest regime: {move:+.1f} % ({judged.get('method', '')}) "
-                         f"from {_span(finding.runs, before)} to {_span(finding.runs, after)}")
+        ratio = np.median(finding.values[after[0]:after[1]]) / np.median(finding.values[before[0]:before[1]])
+        judged = pd.Series(finding.judged)
+        how = sampled.interval_text(judged) if sampled.is_tested(judged) else judged.get("method", "threshold rule")
+        lines.append(f"  run {finding.runs[after[0]]} opened the newest regime: {100 * (ratio - 1):+.1f} % ({how}) "
+                     f"from {_span(finding.runs, before)} to {_span(finding.runs, after)}")
         lines.append(f"  what changed: {finding.what_changed}")
     else:
         lines.append(f"  the newest run (run {finding.runs[-1]}) is in the regime of {_span(finding.runs, finding.regimes[-1])}")
