@@ -29,6 +29,7 @@ def _chart(finding, metric: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     figure, axis = plt.subplots(figsize=(9, 2.8))
     for i, (first, end) in enumerate(finding.regimes):
@@ -36,6 +37,7 @@ def _chart(finding, metric: str) -> str:
     points = axis.scatter(finding.runs, finding.values, color="#1f4e79", zorder=3, s=22)
     points.set_urls([f"#run-{r}" for r in finding.runs])
     axis.plot(finding.runs, finding.values, color="#1f4e79", lw=0.8, zorder=2)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("run")
     axis.set_ylabel(metric)
     axis.set_title(finding.label, fontsize=10)
