@@ -110,8 +110,8 @@ def test_bisect_finds_the_slow_commit_of_a_repository(tmp_path):
                       *options, "--memory_logging", "none"], tmp_path / "cache")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == f"first bad: {shas[2]}  ({shas[2][:7]} the slow commit)"
-    ran = sorted(p.name[:3] for p in (tmp_path / "bisect" / "results").iterdir() if p.is_dir())
-    assert ran == ["000", "001", "002", "004"]  # good, bad, then two steps
+    ran = sorted({p.name[:3] for p in (tmp_path / "bisect" / "results").iterdir() if p.is_dir()})
+    assert ran == ["000", "001", "002", "004"]  # good, bad, then two steps (a noisy one may have run twice)
     assert not (tmp_path / "bisect" / "code").exists()  # its checkouts are gone, the runs kept
     assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
                           text=True).stdout == ""  # the repository was only read

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the store)")
     parser.add_argument("--metric", default="steady_step_time_median", help="the metric that regressed")
     parser.add_argument("--min_effect", type=float, default=None, help="minimum effect in %% (default compare's, 5)")
-    parser.add_argument("--retries", type=int, default=1, help="re-runs of a step whose verdict is unstable")
+    parser.add_argument("--retries", type=int, default=2, help="re-runs of the noisier side while a step's verdict "
+                        "is unstable")
     return parser
 
 
@@ -109,7 +110,9 @@ class Bisection:
         return self.runs[index]
 
     def verdict(self, index: int) -> dict:
-        """Candidate `index` against the good ref, re-run while unstable (--retries)."""
+        """Candidate `index` against the good ref. While unstable (--retries times), the noisier side runs again:
+        the good ref's runs are the reference of every step, so a noisy one is worth another run."""
+        retries = 0
         while True:
             after = self.runs.get(index) or self.run(index)
             before = self.runs[0]
@@ -117,9 +120,11 @@ class Bisection:
                      for k, side in (("before", before), ("after", after))}
             samples = {(e["experiment_id"], e["repeat"], e["started_unix"]): _steady(e) for e in before + after}
             judged = check.judge(frame["before"], frame["after"], self.args.metric, samples, self.rule)
-            if judged["verdict"] != "unstable" or len(after) > self.args.retries:
+            if judged["verdict"] != "unstable" or retries >= self.args.retries:
                 return judged
-            self.run(index)
+            retries += 1
+            noisier = 0 if judged.get("ref_ci_pct", 0) > judged.get("new_ci_pct", 0) else index
+            self.run(noisier)
 
 
 def _steady(execution: dict):
