@@ -142,6 +142,9 @@ def test_explain_names_what_moved_and_nothing_else():
                                  "gpu_power_limit_w": 700, "host_load_per_core": 0.3, "cpu_governor": "performance",
                                  "gpu_clock_event_reasons": "none"}])
     assert summary.explain(clean, noisy) == []  # run-to-run wobble is not a cause
+    edge = [summary.group_view([{"host_load_per_core": load}]) for load in (0.97, 1.02, 0.7, 1.1)]
+    assert summary.explain(edge[0], edge[1]) == [] and summary.explain(edge[2], edge[3]) == [
+        "host load 0.70 → 1.10 per core"]
     shared = summary.group_view([{"gpu_other_processes": 1, "gpu_other_process_names": "burner (pid 7, 1.0 GiB)",
                                   "gpu_sm_clock_mhz": 1755, "gpu_temperature_max_c": 81, "gpu_power_limit_w": 500,
                                   "host_load_per_core": 1.6, "cpu_governor": "powersave",

@@ -228,7 +228,8 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     if _moved(before.get("gpu_power_limit_w"), after.get("gpu_power_limit_w"), 0.01):
         found.append(f"power cap {before['gpu_power_limit_w']:.0f} → {after['gpu_power_limit_w']:.0f} W")
     l0, l1 = before.get("host_load_per_core"), after.get("host_load_per_core")
-    if l0 is not None and l1 is not None and (abs(l1 - l0) > LOAD_MOVE or (l0 > 1.0) != (l1 > 1.0)):
+    # A move of half a core per core, or from a host with cores to spare (below 0.8) to one loaded beyond them.
+    if l0 is not None and l1 is not None and (abs(l1 - l0) > LOAD_MOVE or (min(l0, l1) < 0.8 < 1.0 < max(l0, l1))):
         found.append(f"host load {l0:.2f} → {l1:.2f} per core")
     if before.get("cpu_governor") != after.get("cpu_governor") and before.get("cpu_governor") and after.get("cpu_governor"):
         found.append(f"CPU governor {before['cpu_governor']} → {after['cpu_governor']}")
