@@ -90,8 +90,9 @@ def _cell(value: Any, kind: str):
         except (TypeError, ValueError):
             return None
         return number if math.isfinite(number) else None
-    text = canonical(value)
-    return text or None
+    if isinstance(value, str):  # kept as written ("00" stays "00"); numbers and booleans in compare's spelling
+        return value or None
+    return canonical(value) or None
 
 
 def _existing_columns(con, table: str) -> dict[str, str]:
