@@ -44,9 +44,10 @@ class Scanner(TrainerCallback):
         all_ranks: bool = False,
         collectives: Any = "auto",
         time_steps: Any = "auto",
+        kernels: Any = False,
     ):
         self.options = make_options(
-            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives, time_steps
+            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives, time_steps, kernels
         )
         self.report: ScanReport | None = None
         self.trainer_ref: weakref.ref | None = None  # set by autoinject, else found at on_train_begin
@@ -198,7 +199,7 @@ class Scanner(TrainerCallback):
             probe.remove()
             self._probe = None
         rank, world = rank_world(args)
-        collectives, attention, trace, snapshot = self._stop_extras(write=True)
+        collectives, attention, trace, snapshot, kernels = self._stop_extras(write=True)
         self._pending = ScanReport(
             steps=steps,
             rank=rank,
@@ -210,6 +211,7 @@ class Scanner(TrainerCallback):
             profile_trace=trace,
             collectives=collectives,
             attention=attention,
+            kernels=kernels,
             versions={"torch": torch.__version__, "transformers": _transformers_version()},
         )
         self._records = []
@@ -269,22 +271,26 @@ class Scanner(TrainerCallback):
                 logger.warning("Scanner: memory_snapshot needs CUDA; skipped on %s", device)
         collectives = _record_collectives(self.options.collectives)
         trace_path = rank_path(self.options.profile_trace, *rank_world()) if self.options.profile_trace else None
-        self._profiler = StepProfiler(device.type, collectives, trace_path)
+        kernels = self.options.kernels
+        rows_path = rank_path(kernels, *rank_world()) if isinstance(kernels, str) else None
+        self._profiler = StepProfiler(device.type, collectives, trace_path, bool(kernels), rows_path)
         self._profiler.start()
+        if kernels:  # phase markers in the trace (on CPU too: they cost a few microseconds a boundary)
+            probe.listener = self._profiler.mark
 
-    def _stop_extras(self, write: bool) -> tuple[dict | None, dict | None, str | None, str | None]:
-        """(collectives, attention, trace path, snapshot path) of the memory-scanned step(s)."""
-        collectives = attention = trace = snapshot = None
+    def _stop_extras(self, write: bool) -> tuple[dict | None, dict | None, str | None, str | None, dict | None]:
+        """(collectives, attention, trace path, snapshot path, kernel split) of the memory-scanned step(s)."""
+        collectives = attention = trace = snapshot = kernels = None
         if self._profiler is not None:
             profiler, self._profiler = self._profiler, None
-            collectives, attention, trace = profiler.stop(rank_world()[1], write=write)
+            collectives, attention, trace, kernels = profiler.stop(rank_world()[1], write=write)
         if self._recording_history:
             self._recording_history = False
             if write:
                 snapshot = self.options.memory_snapshot
                 atomic_via_tmp(snapshot, torch.cuda.memory._dump_snapshot)
             torch.cuda.memory._record_memory_history(enabled=None)
-        return collectives, attention, trace, snapshot
+        return collectives, attention, trace, snapshot, kernels
 
 
 def _record_collectives(option) -> bool:

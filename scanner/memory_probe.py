@@ -118,7 +118,7 @@ class MemoryProbe(PhaseProbe):
         self._set_grads(self._current_grads())
         rec.optimizer_bytes = self._opt_bytes
         self._rec = rec
-        self._boundary("step_start", OTHER)
+        self._cross("step_start", OTHER)
         rec.first_tag = len(self._states) - 1
         rec.stats_start = self._stats()  # after the first tag: its start value is this `allocated`
         if rec.stats_start is not None:
@@ -134,7 +134,7 @@ class MemoryProbe(PhaseProbe):
         rec = self._rec
         rec.end = self.clock.mark()
         # zero_grad, scheduler, callbacks (or a skipped optimizer step) are "other"
-        self._boundary("step_end", OTHER)
+        self._cross("step_end", OTHER)
         rec.end_tag = len(self._states) - 1
         self._set_grads(self._current_grads())  # zero_grad(set_to_none) has run by now
         rec.grads_end = self._grads_total

@@ -29,6 +29,7 @@ class ScanOptions:
     collectives: str | bool = "auto"  # collective accounting; "auto" = when torch.distributed has >1 rank
     time_first: int | None = None  # timed steps (phase hooks only); None = times come from the memory steps
     time_last: int | None = None
+    kernels: str | bool = False  # kernel split of the scanned step (CUDA): True, or a .csv.gz path for its rows
     extra: dict = field(default_factory=dict)
 
     @property
@@ -137,6 +138,7 @@ def make_options(
     all_ranks: bool = False,
     collectives: Any = "auto",
     time_steps: Any = "auto",
+    kernels: Any = False,
 ) -> ScanOptions:
     first, last = parse_steps(steps)
     time_first, time_last = parse_time_steps(time_steps, first, last)
@@ -145,6 +147,8 @@ def make_options(
     for name, flag in (("log_to_trainer", log_to_trainer), ("all_ranks", all_ranks)):
         if not isinstance(flag, bool):
             raise ValueError(f"Scanner({name}=...): expected True or False, got {flag!r}")
+    if not isinstance(kernels, bool):
+        kernels = _check_path("kernels", kernels, (".csv.gz",))
     snap = _check_path("memory_snapshot", memory_snapshot, (".pickle", ".pkl")) if memory_snapshot else None
     trace = _check_path("profile_trace", profile_trace, (".json",)) if profile_trace else None
     return ScanOptions(
@@ -158,4 +162,5 @@ def make_options(
         all_ranks=all_ranks,
         time_first=time_first,
         time_last=time_last,
+        kernels=kernels,
     )

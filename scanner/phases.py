@@ -38,6 +38,7 @@ class PhaseProbe:
 
     def __init__(self, model: torch.nn.Module, optimizer: Any):
         self.on_abort = None  # called after the hooks were removed because a forward raised
+        self.listener = None  # called with (boundary, phase entered) after each boundary (the kernel split's marker)
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
         self.device = model_device(model)
@@ -77,7 +78,7 @@ class PhaseProbe:
     def begin_step(self, step: int, start_mark: Any = None) -> None:
         """Open the record of `step`; its window starts at `start_mark` (default: now)."""
         self._rec = StepRecord(step=step, start=start_mark if start_mark is not None else self.clock.mark())
-        self._boundary("step_start", OTHER)
+        self._cross("step_start", OTHER)
 
     def restart(self, start_mark: Any) -> None:
         """Move the window start of the open record (e.g. to on_epoch_begin), keeping nothing else."""
@@ -89,9 +90,15 @@ class PhaseProbe:
         rec = self._rec
         rec.end = self.clock.mark()
         # zero_grad, scheduler, callbacks (or a skipped optimizer step) are "other"
-        self._boundary("step_end", OTHER)
+        self._cross("step_end", OTHER)
         self._rec = None
         return rec, rec.end
+
+    def _cross(self, name: str, next_phase: str | None = None, then=None) -> None:
+        """Every phase boundary goes through here: the boundary itself, then the listener, if any."""
+        self._boundary(name, next_phase, then)
+        if self.listener is not None and self._rec is not None:
+            self.listener(name, self._phase)
 
     def _boundary(self, name: str, next_phase: str | None = None, then=None) -> None:
         """A phase boundary: apply `then` (changes belonging to the next interval) and enter `next_phase`.
@@ -119,7 +126,7 @@ class PhaseProbe:
         self._count_tokens(args, kwargs)
         if self._phase == AFTER_BACKWARD:
             self._phase = OTHER  # between micro-batches: the interval is not clipping
-        self._boundary("forward_start", FORWARD)
+        self._cross("forward_start", FORWARD)
         self._rec.forward.append([self.clock.mark(), None])
         self._enter_forward()
         return None
@@ -142,7 +149,7 @@ class PhaseProbe:
             return None
         rec = self._rec
         rec.forward[-1][1] = self.clock.mark()
-        self._boundary("forward_end", OTHER)  # a loss computed outside the model's forward is "other"
+        self._cross("forward_end", OTHER)  # a loss computed outside the model's forward is "other"
         rec.micro_batches += 1
         self._pending_fwd += 1
         for target in self._grad_targets(output):
@@ -202,7 +209,7 @@ class PhaseProbe:
         return None
 
     def _on_backward_start(self) -> None:
-        self._boundary("backward_start", BACKWARD)
+        self._cross("backward_start", BACKWARD)
         self._bwd_open = True
         self._pending_fwd = 0
         self._rec.backward.append([self.clock.mark(), None])
@@ -214,7 +221,7 @@ class PhaseProbe:
         if rec is None:
             return
         rec.backward[-1][1] = rec.clip_start = self.clock.mark()
-        self._boundary("backward_end", AFTER_BACKWARD, then=self._after_backward)
+        self._cross("backward_end", AFTER_BACKWARD, then=self._after_backward)
 
     def _after_backward(self) -> None:
         """Changes that belong to the interval after a backward (memory probe: recompute bookkeeping)."""
@@ -228,7 +235,7 @@ class PhaseProbe:
             self._phase = CLIP
         else:
             rec.clip_start = None  # no backward right before: nothing to call clipping
-        self._boundary("optimizer_start", OPTIMIZER)
+        self._cross("optimizer_start", OPTIMIZER)
         rec.optimizer.append([self.clock.mark(), None])
 
     def _opt_post(self, optimizer, args, kwargs):
@@ -236,7 +243,7 @@ class PhaseProbe:
         if rec is None or not rec.optimizer:
             return
         rec.optimizer[-1][1] = self.clock.mark()
-        self._boundary("optimizer_end", OTHER, then=self._after_optimizer)
+        self._cross("optimizer_end", OTHER, then=self._after_optimizer)
 
     def _after_optimizer(self) -> None:
         """Changes that belong to the interval after the optimizer step (memory probe: optimizer bytes)."""

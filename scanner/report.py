@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .collectives import flat_collectives
+from .kernel_split import flat_kernels
 
 # Fields of StepReport that are summarised (median + spread) and flattened into `scan_*` metrics.
 TIME_FIELDS = ("time_step", "time_forward", "time_backward", "time_clip", "time_optimizer", "time_other")
@@ -177,6 +178,7 @@ class ScanReport:
     versions: dict = field(default_factory=dict)
     time_steps: list[TimeStepReport] = field(default_factory=list)  # the time window (phase hooks only)
     attention: dict | None = None  # scanner.kernels.attention_summary() of the memory-scanned step(s)
+    kernels: dict | None = None  # scanner.kernel_split.summarise_kernels() of the memory-scanned step(s), or a note
 
     def representative_time_step(self) -> TimeStepReport | None:
         """The time window's median step (the lower middle one for an even count); None without a window."""
@@ -254,6 +256,7 @@ class ScanReport:
             max(c["seconds"] for c in self.checkpoint_saves) if self.checkpoint_saves else None
         )
         out.update(flat_collectives(self.collectives, prefix + "comm_"))
+        out.update(flat_kernels(self.kernels, prefix + "kernel_"))
         return out
 
     def to_text(self) -> str:

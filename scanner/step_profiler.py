@@ -1,9 +1,14 @@
-"""One torch.profiler session around the memory-scanned step(s): collectives, attention kernels, a trace file.
+"""One torch.profiler session around the memory-scanned step(s): collectives, attention kernels, kernel split, a trace.
 
 Only one profiler can run at a time, so a single session serves every question asked of the scanned step:
-which collectives ran (scanner.collectives), which attention kernel ran (scanner.kernels), and the chrome
-trace the user asked for. CPU activity alone answers the attention question; CUDA activity is added for
-NCCL kernel times or a trace on a GPU. The memory-scanned step is not the timed step, so its cost is free.
+which collectives ran (scanner.collectives), which attention kernel ran (scanner.kernels), where the GPU's
+time went kernel by kernel (scanner.kernel_split), and the chrome trace the user asked for. CPU activity alone
+answers the attention question; CUDA activity is added for NCCL kernel times, the kernel split or a trace on a
+GPU. The memory-scanned step is not the timed step, so its cost is free.
+
+CUDA activity leaves the scanner's memory figures alone: CUPTI keeps its activity records in host buffers and
+never allocates through PyTorch's caching allocator, from which every memory category and peak is read
+(`scan_mem_nvml_used` and `scan_mem_cuda_context`, read from the driver, may include what CUPTI itself holds).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import torch
 
 from .collectives import summarise_trace
+from .kernel_split import kernel_rows, marker_name, summarise_kernels, write_rows
 from .kernels import attention_summary
 from .outputs import UMASK
 
@@ -24,23 +30,45 @@ logger = logging.getLogger(__name__)
 
 
 class StepProfiler:
-    def __init__(self, device_type: str, collectives: bool, trace_path: str | None = None):
+    def __init__(self, device_type: str, collectives: bool, trace_path: str | None = None,
+                 kernels: bool = False, kernel_rows_path: str | None = None):
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if device_type == "cuda" and (collectives or trace_path):
+        # The kernel split needs the GPU's own activity: on a CPU run there is nothing to split.
+        self.kernels = kernels and device_type == "cuda"
+        self.kernels_note = None if self.kernels or not kernels else f"no GPU kernels: the step ran on {device_type}"
+        if device_type == "cuda" and (collectives or trace_path or self.kernels):
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.collectives = collectives
         self.trace_path = trace_path
-        # gloo collectives are recognised by their input shapes; nothing else needs them.
-        self.profiler = torch.profiler.profile(activities=activities, record_shapes=collectives)
+        self.kernel_rows_path = kernel_rows_path if self.kernels else None
+        self.steps = 0
+        # gloo collectives are recognised by their input shapes, a kernel's work by its operator's shapes.
+        self.profiler = torch.profiler.profile(activities=activities, record_shapes=collectives or self.kernels)
 
     def start(self) -> None:
         self.profiler.start()
 
-    def stop(self, world_size: int, write: bool = True) -> tuple[dict | None, dict | None, str | None]:
-        """(collective summary or None, attention summary, trace path written or None)."""
+    def mark(self, event: str, phase: str) -> None:
+        """An instant marker at a phase boundary (the phase probe's listener): kernels launched after it and before
+        the next one belong to `phase`."""
+        if event == "step_start":
+            self.steps += 1
+        with torch.profiler.record_function(marker_name(event, phase)):
+            pass
+
+    def stop(self, world_size: int, write: bool = True) -> tuple[dict | None, dict | None, str | None, dict | None]:
+        """(collective summary or None, attention summary, trace path written or None, kernel split or None)."""
         self.profiler.stop()
         if not write:
-            return None, None, None
+            return None, None, None, None
+        trace, written = self._export()
+        cpu_ops = (e.get("name", "") for e in trace.get("traceEvents", [])
+                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "cpu_op")
+        attention = attention_summary(cpu_ops)
+        collectives = summarise_trace(trace, world_size) if self.collectives else None
+        return collectives, attention, written, self._kernel_split(trace)
+
+    def _export(self) -> tuple[dict[str, Any], str | None]:
         # The trace is exported beside its destination (os.replace cannot cross filesystems); with no
         # destination, into the system's temp folder, read and removed.
         folder = os.path.dirname(os.path.abspath(self.trace_path)) if self.trace_path else None
@@ -60,8 +88,22 @@ class StepProfiler:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        cpu_ops = (e.get("name", "") for e in trace.get("traceEvents", [])
-                   if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "cpu_op")
-        attention = attention_summary(cpu_ops)
-        collectives = summarise_trace(trace, world_size) if self.collectives else None
-        return collectives, attention, written
+        return trace, written
+
+    def _kernel_split(self, trace: dict[str, Any]) -> dict | None:
+        """The kernel split, or a note saying why there is none; never raises (the step's other figures stand)."""
+        if not self.kernels:
+            return {"source": None, "note": self.kernels_note} if self.kernels_note else None
+        try:
+            rows, left_out = kernel_rows(trace)
+            if not rows:
+                return {"source": None, "note": f"the trace holds no GPU kernel launched in the scanned step "
+                                                f"(left out: {left_out})"}
+            summary = summarise_kernels(rows, self.steps, left_out)
+            if self.kernel_rows_path:
+                write_rows(self.kernel_rows_path, rows)
+                summary["file"] = self.kernel_rows_path
+            return summary
+        except Exception as exc:  # a measurement aid must not fail the experiment: an empty column and the reason
+            logger.warning("scanner: kernel split failed (%r); scan_kernel_* left empty", exc)
+            return {"source": None, "note": f"kernel split failed: {exc!r}"[:300]}

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tunebench.experiment.entry_parser import entry_parser
-from tunebench.results import columns
+from tunebench.results import column_docs, columns
 from tunebench.results import compare_rules as rules
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_a_new_column_without_a_declaration_is_caught(arguments):
 
 
 def test_the_readme_tables_are_generated_from_the_registry():
-    assert columns.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.columns"
+    assert column_docs.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.column_docs"
     text = (REPO / "README.md").read_text()
     for column in ("steady_nonpad_tokens_per_second", "pred_mem_peak", "concurrent_experiments", "scan_time_backward"):
         assert f"`{column}`" in text
@@ -68,3 +68,19 @@ def test_compare_reads_kinds_families_and_directions_from_the_registry():
     assert columns.lookup("scan_mem_activations_min").meaning.startswith("min over ranks")
     assert columns.lookup("scan_comm_all_gather_bytes").unit == "bytes"
     assert rules.format_value("steady_mfu", 0.3616) == "36.16 %"
+
+
+def test_a_csv_is_read_back_through_the_registrys_types(tmp_path):
+    """Words stay words whatever they look like: an all-digit id or git hash keeps its leading zeros, a driver
+    version and a scenario named 2024 stay text; metrics are numbers."""
+    from tunebench.results.compare_io import load_csv
+
+    path = tmp_path / "raw_summary.csv"
+    path.write_text("experiment_id,scenario,tunebench_git_sha,driver_version,steady_tokens_per_second,status\n"
+                    "000123456789,2024,0012345,535,10.5,ok\n")
+    row = load_csv(path, "results").iloc[0]
+    assert (row["experiment_id"], row["scenario"], row["tunebench_git_sha"], row["driver_version"]) == \
+        ("000123456789", "2024", "0012345", "535")
+    assert row["steady_tokens_per_second"] == 10.5 and row["status"] == "ok"
+    assert {"experiment_id", "status", "gpu_name", "driver_version"} <= set(columns.text_columns())
+    assert "packing" not in columns.text_columns() and "steady_tokens_per_second" not in columns.text_columns()

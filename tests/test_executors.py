@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from harness_fixtures import REPO, TINY_DEFAULTS, tiny_scenario, write_inputs
 
+from tunebench.execution.executors.local import LocalSettings
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
@@ -51,7 +52,7 @@ def run(out: Path, **options):
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     base = tmp_path_factory.mktemp("executors")
-    return run(base / "sequential"), run(base / "concurrent", max_concurrent=2), base
+    return run(base / "sequential"), run(base / "concurrent", settings=(LocalSettings(max_concurrent=2),)), base
 
 
 def test_concurrent_rows_equal_sequential_rows(both):

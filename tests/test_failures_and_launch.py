@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.failures import classify, last_traceback
 from tunebench.execution.launchers import choose, command_script
 from tunebench.execution.launchers.base import LaunchCommand
@@ -77,7 +78,7 @@ def _spec(num_gpus, device, framework="none", **arguments):
 
 def test_launchers_single_and_multi_process(tmp_path):
     spec = _spec(1, "cpu", max_steps=10)
-    launcher = choose(spec, preload=False, accelerate_config=None)
+    launcher = choose(spec, RunOptions(Path("out"), accelerate_config_path=None, preload=False))
     command = launcher.command(spec, tmp_path / "spec.json", [], {})
     assert launcher.name == "python" and command.argv[1:] == ["-m", "tunebench.experiment.train", "--spec",
                                                                str((tmp_path / "spec.json").resolve())]
@@ -87,9 +88,9 @@ def test_launchers_single_and_multi_process(tmp_path):
     from tunebench.telemetry.environment import git_sha
 
     assert git_sha() is not None  # found this checkout's .git
-    assert choose(spec, preload=True, accelerate_config=None).name == "forkserver"
+    assert choose(spec, RunOptions(Path("out"), accelerate_config_path=None, preload=True)).name == "forkserver"
     multi = _spec(2, "cuda")
-    launcher = choose(multi, preload=True, accelerate_config="accelerate.yaml")
+    launcher = choose(multi, RunOptions(Path("out"), accelerate_config_path="accelerate.yaml", preload=True))
     command = launcher.command(multi, tmp_path / "spec.json", [2, 3], {})
     assert launcher.name == "accelerate" and command.argv[1:3] == ["-m", "accelerate.commands.launch"]
     assert command.argv[command.argv.index("--num_processes") + 1] == "2"
@@ -108,7 +109,7 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
     from torch.distributed.run import get_args_parser
 
     cpu = _spec(2, "cpu", **LORA_ARGS)
-    command = choose(cpu, preload=True, accelerate_config=None).command(cpu, tmp_path / "spec.json", [], {})
+    command = choose(cpu, RunOptions(Path("out"), accelerate_config_path=None, preload=True)).command(cpu, tmp_path / "spec.json", [], {})
     assert command.argv[1:3] == ["-m", "torch.distributed.run"]
     torchrun = get_args_parser().parse_args(command.argv[3:])
     assert torchrun.module and torchrun.training_script == "tunebench.experiment.train"
@@ -118,7 +119,7 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
     assert peft.r == 8 and peft.target_modules == ["q_proj", "v_proj"]
 
     gpu = _spec(2, "cuda", **LORA_ARGS)
-    command = choose(gpu, preload=True, accelerate_config="accelerate.yaml").command(gpu, tmp_path / "g.json", [0, 1], {})
+    command = choose(gpu, RunOptions(Path("out"), accelerate_config_path="accelerate.yaml", preload=True)).command(gpu, tmp_path / "g.json", [0, 1], {})
     launch = launch_command_parser().parse_args(command.argv[3:])
     assert not launch.debug and launch.training_script == "tunebench.experiment.train"
     assert launch.training_script_args == ["--spec", str((tmp_path / "g.json").resolve())]

@@ -216,8 +216,8 @@ def test_every_numeric_option_of_every_subcommand_has_a_range():
 
 
 def test_every_numeric_option_of_tune_has_a_range():
-    from tunebench.tune.option_checks import RANGES as TUNE_RANGES
-    from tunebench.tune.options import build_parser as tune_parser
+    from tunebench.cli.tune_command import build_parser as tune_parser
+    from tunebench.tuning.option_checks import RANGES as TUNE_RANGES
 
     assert unranged(tune_parser(), {f"--{name}": allowed for name, allowed in TUNE_RANGES.items()}) == []
 
@@ -282,8 +282,8 @@ TUNE_INTS = ["--num_gpus", "--effective_batch", "--max_seq_len", "--confirm", "-
 def test_tune_refuses_what_its_checks_cover(option, value):
     """tune's whole-number options: a value that is no whole number, or below 1, never starts a search (the
     upper bounds, NaN and inf: tests/test_tune_messages.py and the test below)."""
+    from tunebench.cli.tune_command import parse
     from tunebench.errors import InputError
-    from tunebench.tune.options import parse
 
     typed = _typed(value, int)
     if typed is not None and typed >= 1:
@@ -301,8 +301,8 @@ def test_tune_refuses_what_its_checks_cover(option, value):
 
 @pytest.mark.parametrize("option", ["--budget_minutes", "--gpu_hour_price", "--timeout"])
 def test_tune_refuses_nan_and_inf(option):
+    from tunebench.cli.tune_command import parse
     from tunebench.errors import InputError
-    from tunebench.tune.options import parse
 
     for value in ("nan", "inf", "1e300"):
         with pytest.raises(InputError):

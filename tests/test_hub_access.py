@@ -14,7 +14,7 @@ import pytest
 from harness_fixtures import REPO, tiny_scenario, write_inputs
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
-from tunebench.cli.diagnosis import environment_line
+from tunebench.api.diagnosis import environment_line
 from tunebench.execution import hub_access
 from tunebench.execution.hub_access import hub_problems
 

@@ -79,10 +79,11 @@ def test_submitted_is_neither_running_nor_queued_and_is_timed_by_the_row(caplog)
 
 
 def test_settings_come_from_the_spec_with_sftconfig_defaults_for_unset_batch_values():
-    given = ExperimentSpec("s", FrameworkConfig("gradient-checkpointing"), 2, "cpu",
-                           {"model_name_or_path": "m", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2})
+    batch = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+    given = ExperimentSpec("s", FrameworkConfig("gradient-checkpointing"), 2, "cpu", {"model_name_or_path": "m", **batch},
+                           entry={"training": batch})  # typed, as the matrix's validation leaves it
     assert settings_of(given) == CPU_GC and settings_of(given).describe() == "2 CPU slots, batch 4×2, gradient-checkpointing"
-    unset = ExperimentSpec("s", FrameworkConfig("none"), 1, "cuda", {"model_name_or_path": "m"})
+    unset = ExperimentSpec("s", FrameworkConfig("none"), 1, "cuda", {"model_name_or_path": "m"}, entry={"training": {}})
     assert settings_of(unset) == Settings(1, False, "8×1", "none")  # SFTConfig's defaults, as the child runs
     assert settings_of(unset).describe() == "1 GPU, batch 8×1, none"
 
@@ -129,7 +130,8 @@ class _FakeRay(types.ModuleType):
 
 def test_ray_run_logs_each_experiment_once_and_never_claims_queued_tasks_run(tmp_path, caplog, monkeypatch):
     args = {"model_name_or_path": "m", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1}
-    experiments = [ExperimentSpec(f"s{i}", FrameworkConfig("none"), 1, "cpu", args, entry={"bench": {}})
+    entry = {"bench": {}, "training": {k: v for k, v in args.items() if k != "model_name_or_path"}}
+    experiments = [ExperimentSpec(f"s{i}", FrameworkConfig("none"), 1, "cpu", args, entry=entry)
                    for i in range(3)]
     for e in experiments:
         (tmp_path / e.folder_name).mkdir()

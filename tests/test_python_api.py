@@ -42,3 +42,55 @@ def test_importing_tunebench_does_not_import_the_api_until_it_is_used():
     done = subprocess.run([sys.executable, "-c", "import sys, tunebench; print('tunebench.api.matrix' in sys.modules)"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.stdout.strip() == "False", done.stderr[-1000:]
+
+
+def test_scenarios_built_in_python_are_checked_as_a_files_are(tmp_path):
+    with pytest.raises(tunebench.InputError) as raised:
+        tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"model_name_or_path": ["preset:llama-tiny"],
+                                                                     "max_steps": -3}}], device="cpu")
+    problem = next(p for p in raised.value.problems if "max_steps" in p.key)
+    assert problem.source == "Matrix.from_scenarios" and "scenario 's'" in problem.key
+    with pytest.raises(tunebench.InputError) as raised:
+        tunebench.Matrix.from_scenarios([{"arguments": {}}], device="gpu")
+    assert {p.key for p in raised.value.problems} == {"device", "scenarios[0].name"}
+
+
+def test_tune_options_from_python_are_checked_in_the_options_words(tmp_path):
+    options = tunebench.TuneOptions(model="preset:llama-tiny", device="cpu", effective_batch=6, micro_batches=(4,),
+                                    results_output_path=str(tmp_path / "t"))
+    with pytest.raises(tunebench.InputError) as raised:
+        tunebench.tune(options)
+    assert [p.key for p in raised.value.problems] == ["--micro_batches"]
+    assert not (tmp_path / "t").exists()  # nothing created before the options are right
+
+
+def test_the_search_neither_parses_an_argv_nor_writes_yaml_to_run_a_batch():
+    """tunebench/tuning/ drives the pipeline through the Python API: no argparse anywhere in it, and the only
+    YAML it writes is the winner's scenarios file for the user (output.py)."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "tunebench" / "tuning").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for alias in node.names} | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        calls = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute)}
+        if "argparse" in names or "parse_args" in calls or "parse_known_args" in calls:
+            offenders.append(f"{path.name}: argparse")
+        if path.name != "output.py" and ({"safe_dump", "dump"} & calls or "tempfile" in names):
+            offenders.append(f"{path.name}: writes YAML or temporary files")
+    assert offenders == []
+
+
+@pytest.mark.slow
+def test_the_python_example_plans_runs_compares_and_plots(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "python_api.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compare against itself: exit code 0, 0 regression(s)" in done.stdout
+    frame = pd.read_csv(tmp_path / "run" / "raw_summary.csv")
+    assert list(frame["status"]) == ["ok"] * 3 and frame["pred_mem_peak"].notna().all()
+    assert (tmp_path / "run" / "report.html").is_file()
+    assert (tmp_path / "throughput-vs-memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

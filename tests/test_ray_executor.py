@@ -12,6 +12,7 @@ import pytest
 from harness_fixtures import REPO, TINY_DEFAULTS
 from ray_head import RAY_CLI, ray_head
 
+from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
@@ -103,7 +104,7 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
         ray.init(address=cluster.address, runtime_env=RUNTIME_ENV, log_to_driver=False)
         # The matrix runs in a thread; Ray's cluster utilities install signal handlers, so they stay here.
         runner = threading.Thread(target=lambda: rows.extend(run_matrix(planned, RunOptions(
-            output_dir=out, timeout_seconds=300, executor="ray", ray_transfer="shared"))))
+            output_dir=out, timeout_seconds=300, executor="ray", settings=(RaySettings(transfer="shared"),)))))
         runner.start()
         deadline = time.monotonic() + 240
         while not list(out.glob("ok_*/stdout.log")) and time.monotonic() < deadline:

@@ -13,6 +13,7 @@ import time
 import pytest
 from harness_fixtures import REPO, TINY_DEFAULTS
 
+from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
@@ -98,7 +99,7 @@ def test_two_nodes_give_the_row_of_one_local_two_process_run(tmp_path, two_nodes
     one, local_folder, env = local_run
     planned = ddp(model=pinned_model)
     (two,) = run_matrix(planned, RunOptions(output_dir=tmp_path / "ray", timeout_seconds=300, extra_env=env,
-                                            executor="ray", ray_transfer=transfer))
+                                            executor="ray", settings=(RaySettings(transfer=transfer),)))
     assert one["status"] == "ok" and two["status"] == "ok", two.get("error_messages")
     for column in SAME:
         assert one[column] == two[column], column
@@ -147,7 +148,7 @@ def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, c
     planned = ddp(max_steps=100000)  # runs until a node dies
     rows = []
     runner = threading.Thread(target=lambda: rows.extend(run_matrix(planned, RunOptions(
-        output_dir=out, timeout_seconds=600, extra_env=ONE_THREAD, executor="ray", ray_transfer="shared"))))
+        output_dir=out, timeout_seconds=600, extra_env=ONE_THREAD, executor="ray", settings=(RaySettings(transfer="shared"),)))))
     runner.start()
     # Both nodes training: node 1's log shows its rank past the rendezvous (its first step's scan files come
     # later), and rank 0 has written its steps' progress.

@@ -54,7 +54,10 @@ def test_writes_through_a_planted_link_are_refused(tmp_path, capsys):
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     out.mkdir()
     elsewhere.mkdir()
-    experiment = ExperimentSpec("s", FrameworkConfig("none"), 1, "cpu", {"model_name_or_path": "preset:llama-tiny"})
+    from tunebench.matrix.validation import typed
+
+    experiment = typed([ExperimentSpec("s", FrameworkConfig("none"), 1, "cpu",
+                                       {"model_name_or_path": "preset:llama-tiny"})])[0]
     (out / experiment.folder_name).symlink_to(elsewhere, target_is_directory=True)
     row = run_one(experiment, [], RunOptions(output_dir=out, dry_run=True))
     assert row["status"] == "error" and "outside" in row["error_messages"] and not list(elsewhere.iterdir())
@@ -211,11 +214,12 @@ def test_a_local_looking_model_folder_is_never_a_hub_id(tmp_path, capsys, monkey
 
 def test_memory_logging_all_starts_the_sidecar(tmp_path, capsys, monkeypatch):
     captured = {}
-    monkeypatch.setattr(cli, "run_matrix", lambda experiments, options: captured.setdefault("o", options) and [])
+    monkeypatch.setattr("tunebench.api.running.run_matrix",
+                        lambda experiments, options: captured.setdefault("o", options) and [])
     monkeypatch.setattr("tunebench.execution.preparation.preprocess_data", lambda *a, **k: None)
     code, err = run_cli(tmp_path, capsys, "--results_output_path", str(tmp_path / "out"), "--memory_logging", "all")
     assert code == 0, err
-    assert captured["o"].log_nvidia_smi and captured["o"].timeout_seconds == 3600.0
+    assert "nvidia" in captured["o"].trackers and captured["o"].timeout_seconds == 3600.0
 
 
 @pytest.mark.parametrize("argv,expected", [

@@ -11,6 +11,7 @@ import time
 import pytest
 from harness_fixtures import TINY_DEFAULTS
 
+from tunebench.execution.executors.slurm import SlurmSettings
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.runner import run_matrix
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
@@ -56,8 +57,9 @@ def options(out, tmp_path, **extra):
     return RunOptions(output_dir=out, timeout_seconds=300, extra_env=env, preload=False, **extra)
 
 
-def on_slurm(out, tmp_path, **extra):
-    return options(out, tmp_path, executor="slurm", slurm_cluster="local", **extra)
+def on_slurm(out, tmp_path, slurm_time_limit=None, **extra):
+    settings = SlurmSettings(cluster="local", time_limit=slurm_time_limit)
+    return options(out, tmp_path, executor="slurm", settings=(settings,), **extra)
 
 
 def files_of(folder):

@@ -15,11 +15,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunebench.tune import prune
-from tunebench.tune.expectation import prior
-from tunebench.tune.options import TuneOptions, parse
-from tunebench.tune.search import BATCH, CONFIRM, SCREEN, Search
-from tunebench.tune.space import build_space
+from tunebench.cli.tune_command import parse
+from tunebench.tuning import prune
+from tunebench.tuning.expectation import prior
+from tunebench.tuning.options import TuneOptions
+from tunebench.tuning.search import BATCH, CONFIRM, SCREEN, Search
+from tunebench.tuning.space import build_space
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1024**3
@@ -206,7 +207,7 @@ def _tune(out: Path, *extra: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_tune_end_to_end_prunes_ranks_resumes_and_writes_a_winner_that_reproduces(tmp_path):
     out = tmp_path / "tune"
-    from tunebench.tune.runs import HarnessRuns
+    from tunebench.tuning.runs import HarnessRuns
 
     options = parse(["--model", "preset:llama-tiny", "--device", "cpu", "--max_seq_len", "64", "--effective_batch",
                      "8", "--peft", "lora", "--lora_ranks", "4", "--micro_batches", "2", "4", "8",
@@ -269,7 +270,7 @@ def test_the_grid_runs_every_point_and_checks_the_pruning():
 
 
 def test_objectives_from_a_row():
-    from tunebench.tune.search import objective_value, score
+    from tunebench.tuning.search import objective_value, score
 
     row = {"status": "ok", "steady_nonpad_tokens_per_second": 2000.0, "steady_energy_joules_per_nonpad_token": 0.5}
     assert objective_value(row, OPTIONS) == pytest.approx(2000.0)

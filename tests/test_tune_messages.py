@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.hf_argparser import string_to_bool
 
+from tunebench.cli import tune_command as command
 from tunebench.errors import InputError
-from tunebench.tune import command
-from tunebench.tune.option_checks import RANGES, _distributions, _optimizer_names, plan_device_problem
-from tunebench.tune.options import TuneOptions
+from tunebench.tuning.option_checks import RANGES, _distributions, _optimizer_names, plan_device_problem
+from tunebench.tuning.options import TuneOptions
 
 WORK = Path(tempfile.mkdtemp(prefix="tunebench-tune-messages-"))
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)
@@ -145,7 +145,7 @@ def test_the_cases_of_issue_w_in_the_users_words():
 
 
 def test_a_space_too_large_to_search_names_the_options_that_widen_it():
-    from tunebench.tune.space import MAX_POINTS, build_space
+    from tunebench.tuning.space import MAX_POINTS, build_space
 
     options = TuneOptions(model="preset:llama-tiny", effective_batch=720, lora_ranks=tuple(range(1, 60)),
                           optimizers=("adamw_torch", "adamw_torch_fused", "sgd"))
@@ -159,8 +159,8 @@ def test_a_space_too_large_to_search_names_the_options_that_widen_it():
 def test_a_problem_found_in_the_generated_scenarios_names_the_tune_option_once():
     """Past the edge (options built in Python, as issue S's API will), the pipeline's problems are mapped back:
     one line naming --model, not one per point naming a deleted temporary file."""
-    from tunebench.tune.runs import HarnessRuns
-    from tunebench.tune.space import build_space
+    from tunebench.tuning.runs import HarnessRuns
+    from tunebench.tuning.space import build_space
 
     options = TuneOptions(model="preset:lama-tiny", effective_batch=4, max_seq_len=32, optimizers=("adamw_torch",),
                           device="cpu", results_output_path=str(OUT))
@@ -176,7 +176,7 @@ def test_a_problem_found_in_the_generated_scenarios_names_the_tune_option_once()
 
 def test_problems_are_mapped_to_the_option_that_made_the_value():
     from tunebench.errors import InputProblem
-    from tunebench.tune.option_checks import in_users_words
+    from tunebench.tuning.option_checks import in_users_words
 
     tmp = "/tmp/tunebench-tune-x/tune-space.yaml"
     problems = [InputProblem(tmp, f"scenario 'tune-space-{label}': arguments.optim", "invalid choice: 'x'", "fix")

@@ -10,10 +10,10 @@ from report_fixtures import run_row
 
 from tunebench.results import report
 from tunebench.results.pareto import THROUGHPUT, pareto_figure
-from tunebench.tune import output, prune
-from tunebench.tune.options import TuneOptions
-from tunebench.tune.search import CONFIRM, Search
-from tunebench.tune.space import build_space
+from tunebench.tuning import output, prune
+from tunebench.tuning.options import TuneOptions
+from tunebench.tuning.search import CONFIRM, Search
+from tunebench.tuning.space import build_space
 
 GIB = 1024**3
 OPTIONS = TuneOptions(model="preset:llama-tiny", effective_batch=8, max_seq_len=128, optimizers=("adamw_torch_fused",),

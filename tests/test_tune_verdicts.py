@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunebench.tune import output, prune
-from tunebench.tune.options import TuneOptions
-from tunebench.tune.search import CONFIRM, Search
-from tunebench.tune.space import build_space
+from tunebench.tuning import output, prune
+from tunebench.tuning.options import TuneOptions
+from tunebench.tuning.search import CONFIRM, Search
+from tunebench.tuning.space import build_space
 
 REPO = Path(__file__).resolve().parents[1]
 OPTIONS = TuneOptions(model="preset:llama-tiny", effective_batch=8, max_seq_len=128, optimizers=("adamw_torch_fused",),
@@ -152,7 +152,7 @@ def test_a_failed_points_reason_is_the_error_class_and_message_without_progress_
 
 
 def test_one_line_of_an_error_text():
-    from tunebench.tune.failure_text import one_line
+    from tunebench.tuning.failure_text import one_line
 
     bars = "Map:  40%|████      | 4/10 [00:01<00:02, 3.1it/s]\rMap:  50%|█████     | 5/10 [00:01<00:01"
     assert one_line(f"{bars}\nTraceback (most recent call last):\n  File x\nValueError: bad\n") == "ValueError: bad"

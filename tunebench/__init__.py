@@ -1,4 +1,17 @@
-"""tunebench: a benchmark harness for LLM fine-tuning cost (throughput, memory, communication)."""
+"""tunebench: a benchmark harness for LLM fine-tuning (throughput, memory, communication across a matrix).
+
+The Python API (typed options in, DataFrames out; the CLI and `tune` are its clients):
+
+    import tunebench
+    matrix = tunebench.Matrix.from_yaml("scenarios-cpu.yaml", device="cpu")
+    plan = tunebench.plan(matrix)                                    # benchmark.py plan
+    result = tunebench.run(matrix, tunebench.RunSettings(results_output_path="out"))
+    verdict = tunebench.compare("refs/cpu.csv", "out")               # benchmark.py compare
+    tunebench.report("out")                                          # benchmark.py report
+    found = tunebench.tune(tunebench.TuneOptions(model="preset:llama-tiny", device="cpu"))
+
+Bad input raises `tunebench.InputError`, whose `problems` each name the file and key (or the option) and a fix.
+"""
 
 from tunebench.library_noise import silence_known_noise
 
@@ -7,8 +20,16 @@ __version__ = "0.1.0"
 silence_known_noise()
 
 # The Python API, imported on first use (PEP 562): `import tunebench` stays as quick as the CLI's start-up.
-_API = {"Matrix": "tunebench.api.matrix", "MatrixOptions": "tunebench.api.matrix", "plan": "tunebench.api.planning",
-        "InputError": "tunebench.errors", "InputProblem": "tunebench.errors"}
+_API = {
+    "Matrix": "tunebench.api.matrix", "MatrixOptions": "tunebench.api.matrix",
+    "plan": "tunebench.api.planning", "fit_map": "tunebench.api.planning",
+    "run": "tunebench.api.running", "RunSettings": "tunebench.api.running", "RunResult": "tunebench.api.running",
+    "compare": "tunebench.api.comparing", "CompareOptions": "tunebench.api.comparing",
+    "report": "tunebench.api.comparing",
+    "tune": "tunebench.tuning.command", "TuneResult": "tunebench.tuning.command",
+    "TuneOptions": "tunebench.tuning.options",
+    "InputError": "tunebench.errors", "InputProblem": "tunebench.errors",
+}
 __all__ = sorted(_API)
 
 

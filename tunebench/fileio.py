@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)  # reading the umask requires setting it; restored at once (import time, single-threaded)
+from scanner.atomic import atomic_write
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are meant to be shared like any file
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)  # nothing half-written is left behind, whatever failed
-        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name the target
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
+    """Write `data` (text as UTF-8) to `path` atomically, with the scanner's one writer (scanner.atomic)."""
+    atomic_write(path, data.encode() if isinstance(data, str) else data)
+
+
+def write_json(path: str | os.PathLike, payload) -> None:
+    """`payload` as indented JSON, atomically (values JSON has no type for written as text)."""
+    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+-]+")

@@ -99,3 +99,30 @@ def test_other_holds_the_cublas_workspaces_that_no_tensor_hook_sees(tmp_path):
     assert dropped > 0
     # "other" = the workspaces + the few small tensors the Trainer keeps between steps (loss accumulators)
     assert dropped <= step.mem_other <= dropped + (64 << 10), (step.mem_other, dropped)
+
+
+def test_kernel_split_of_a_cuda_step_has_every_phase_and_leaves_memory_alone(tmp_path):
+    """On a GPU: kernels in forward, backward and optimizer, matmuls linked to their operators' shapes, sums that
+    match the file, and the same memory categories as a scan without the split."""
+    from scanner.kernel_split import read_rows
+
+    rows_path = tmp_path / "kernels.csv.gz"
+    with_split = Scanner(steps=2, output=None, time_steps="off", kernels=str(rows_path))
+    train(tiny_llama(torch.float32).cuda(), with_split, lm_dataset(seq=64), use_cpu=False, output_dir=str(tmp_path),
+          optim="adamw_torch_fused")
+    plain = Scanner(steps=2, output=None, time_steps="off")
+    train(tiny_llama(torch.float32).cuda(), plain, lm_dataset(seq=64), use_cpu=False, output_dir=str(tmp_path),
+          optim="adamw_torch_fused")
+    flat = with_split.flat_metrics()
+    assert flat["scan_kernel_source"] == "cuda" and flat["scan_kernel_count"] > 0, flat.get("scan_kernel_note")
+    rows = [r for r in read_rows(str(rows_path)) if r["class"] != "sync"]
+    assert {"forward", "backward", "optimizer"} <= {r["phase"] for r in rows}
+    assert {r["class"] for r in rows if r["phase"] == "optimizer"} >= {"optimizer"}
+    gemms = [r for r in rows if r["class"] == "gemm" and r["op"] in ("aten::mm", "aten::addmm", "aten::bmm")]
+    assert gemms and all(r["op_dims"] for r in gemms)
+    assert flat["scan_kernel_time"] == pytest.approx(sum(r["dur_us"] for r in rows) * 1e-6)
+    assert 0 < flat["scan_kernel_busy_time"] <= flat["scan_kernel_time"] + 1e-12
+    # the tensor categories (what the cache held before, and so reserved/other, differs between two runs in one
+    # process: not compared)
+    memory = [f"scan_mem_{c}" for c in ("params", "buffers", "grads", "optimizer", "activations")]
+    assert {k: flat[k] for k in memory} == {k: plain.flat_metrics()[k] for k in memory}

@@ -2,25 +2,36 @@
 
     import tunebench
     matrix = tunebench.Matrix.from_yaml("scenarios-cpu.yaml", effective_batch_size=[4, 8])
+    matrix = tunebench.Matrix.from_scenarios([{"name": "lora", "arguments": {...}}], device="cpu")
     matrix.frame()  # one row per experiment
 
 Bad input raises `tunebench.InputError`, whose `problems` each name the file and key (or the argument) and a fix,
-before anything is built or run.
+before anything is built or run. The files every matrix of a session shares (defaults, framework configs, the
+accelerate config) and the machine's GPUs are read once into `MatrixInputs`, so a caller that builds many
+matrices (tune: one per batch of points) reads them once.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.experiment.spec import ExperimentSpec
+from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
-from tunebench.matrix.inputs import load_defaults, load_framework_configs, load_scenarios, load_yaml
+from tunebench.matrix.inputs import (
+    ScenarioFile,
+    load_defaults,
+    load_framework_configs,
+    load_scenarios,
+    load_yaml,
+    parse_scenarios,
+)
 from tunebench.matrix.validation import Sources, validate
 from tunebench.telemetry.gpus import query_gpus
+from tunebench.vocabulary import Device
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Experiments of one command (matrix × repeats): each is validated, given a folder and a row before anything runs.
 MAX_RUNS = 10_000
+PYTHON_SOURCE = "Matrix.from_scenarios"  # what a problem of scenarios built in Python names as its file
 
 
 @dataclass
@@ -38,7 +50,7 @@ class MatrixOptions:
     defaults: str = str(REPO_ROOT / "defaults.yaml")
     framework_configs: str = str(REPO_ROOT / "framework_configs.yaml")
     accelerate_config: str = str(REPO_ROOT / "accelerate.yaml")
-    device: Literal["auto", "cuda", "cpu"] = "auto"
+    device: Device = Device.AUTO
     num_gpus: list[int] = field(default_factory=lambda: [1])
     effective_batch_size: list[int] | None = None
     max_seq_len: list[int] | None = None
@@ -48,6 +60,41 @@ class MatrixOptions:
     include_slow: bool = False
     memory_logging: frozenset[str] = frozenset({"scanner"})
     repeats: int = 1
+
+    @classmethod
+    def checked(cls, caller: str, **options) -> MatrixOptions:
+        """MatrixOptions from keyword arguments; an unknown name or device is an InputError naming it."""
+        known = [f.name for f in fields(cls)]
+        problems = [InputProblem(caller, name, "no such option", "one of: " + ", ".join(known))
+                    for name in sorted(set(options) - set(known))]
+        device = options.get("device", Device.AUTO)
+        if device not in set(Device):
+            problems.append(InputProblem(caller, "device", f"unknown device {device!r}",
+                                         "one of: " + ", ".join(Device)))
+        if problems:
+            raise InputError(problems)
+        return cls(**{**options, "device": Device(device)})
+
+
+@dataclass(frozen=True)
+class MatrixInputs:
+    """What every matrix of a session shares, read once: the machine (device, GPUs) and the input files."""
+
+    device_type: str
+    gpus: list
+    defaults: dict[str, Any]
+    framework_configs: dict[str, FrameworkConfig]
+    accelerate_config: dict[str, Any]
+    defaults_path: str
+    framework_configs_path: str
+
+    @classmethod
+    def load(cls, options: MatrixOptions, problems: list[InputProblem]) -> MatrixInputs:
+        """Ask nvidia-smi (unless the device is the CPU) and read the shared files; problems are appended."""
+        gpus = query_gpus() if options.device in (Device.AUTO, Device.CUDA) else []
+        return cls(resolve_device(options.device, gpus), gpus, load_defaults(options.defaults, problems),
+                   load_framework_configs(options.framework_configs, problems),
+                   load_yaml(options.accelerate_config, problems) or {}, options.defaults, options.framework_configs)
 
 
 @dataclass
@@ -62,11 +109,21 @@ class Matrix:
     @classmethod
     def from_yaml(cls, scenarios: str | None = None, **options) -> Matrix:
         """The matrix of a scenarios file (and the other inputs' defaults), `options` as in MatrixOptions."""
-        unknown = sorted(set(options) - set(MatrixOptions.__dataclass_fields__))
-        if unknown:
-            raise InputError([InputProblem("Matrix.from_yaml", ", ".join(unknown), "no such option",
-                                           "one of: " + ", ".join(MatrixOptions.__dataclass_fields__))])
-        return build(MatrixOptions(scenarios=scenarios, **options))
+        return build(MatrixOptions.checked("Matrix.from_yaml", scenarios=scenarios, **options))
+
+    @classmethod
+    def from_scenarios(cls, scenarios: list[dict[str, Any]], data_processing: dict[str, Any] | None = None,
+                       **options) -> Matrix:
+        """The matrix of scenarios written in Python, each as a scenarios.yaml entry (`name`, `framework_config`,
+        `arguments`, ...); their problems name `Matrix.from_scenarios` and the key."""
+        problems: list[InputProblem] = []
+        scenario_file = parse_scenarios({"scenarios": scenarios, "data_processing": data_processing or {}},
+                                        PYTHON_SOURCE, problems)
+        try:
+            checked = MatrixOptions.checked(PYTHON_SOURCE, **options)
+        except InputError as exc:  # the options' problems and the scenarios', together
+            raise InputError(exc.problems + problems) from None
+        return build(checked, problems, scenario_file=scenario_file, scenarios_source=PYTHON_SOURCE)
 
     def frame(self):
         """One row per experiment: its identity and settings, as the CSVs hold them."""
@@ -77,48 +134,54 @@ class Matrix:
 
 def resolve_device(device: str, gpus: list) -> str:
     """`device` as run: cuda when asked, or on `auto` when nvidia-smi lists GPUs; else cpu."""
-    return "cuda" if device == "cuda" or (device == "auto" and gpus) else "cpu"
+    return "cuda" if device == Device.CUDA or (device == Device.AUTO and gpus) else "cpu"
 
 
-def build(options: MatrixOptions, problems: list[InputProblem] | None = None) -> Matrix:
-    """Load, expand and validate; raises InputError with every problem found (`problems`: a caller's own, such as
-    the command line's, reported together with these)."""
+def build(options: MatrixOptions, problems: list[InputProblem] | None = None, inputs: MatrixInputs | None = None,
+          scenario_file: ScenarioFile | None = None, scenarios_source: str | None = None) -> Matrix:
+    """Load (what `inputs` and `scenario_file` do not already hold), expand and validate; raises InputError with
+    every problem found (`problems`: a caller's own, such as the command line's, reported together with these)."""
     problems = list(problems or [])
-    gpus = query_gpus() if options.device in ("auto", "cuda") else []
-    device_type = resolve_device(options.device, gpus)
-    scenarios_path = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if device_type == "cuda" else CPU_SCENARIOS))
-    if not options.scenarios and device_type == "cpu":
-        logger.info("no GPU found: using the CPU scenario set %s", scenarios_path)
-    scenario_file = load_scenarios(scenarios_path, problems)
-    defaults = load_defaults(options.defaults, problems)
-    framework_configs = load_framework_configs(options.framework_configs, problems)
-    accelerate_config = load_yaml(options.accelerate_config, problems) or {}
+    inputs = inputs or MatrixInputs.load(options, problems)
+    if scenario_file is None:
+        scenarios_source = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"
+                                                                 else CPU_SCENARIOS))
+        if not options.scenarios and inputs.device_type == "cpu":
+            logger.info("no GPU found: using the CPU scenario set %s", scenarios_source)
+        scenario_file = load_scenarios(scenarios_source, problems)
     if problems:
         raise InputError(problems)
-    selected = _selected(scenario_file.scenarios, options, scenarios_path, problems)
-    defaults = {**defaults, "memory_logging": ",".join(sorted(options.memory_logging)) or "none"}
+    experiments = _experiments(options, inputs, scenario_file, scenarios_source, problems)
+    if not experiments and not problems:
+        slow = not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
+        problems.append(InputProblem(scenarios_source, "scenarios", "the matrix has no experiment to run",
+                                     "pass --include_slow (every scenario is `slow: true`)" if slow else
+                                     "add a scenario, or check the matrix options"))
+    if problems:
+        raise InputError(problems)
+    return Matrix(experiments, inputs.device_type, inputs.gpus, options)
+
+
+def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: ScenarioFile, source: str,
+                 problems: list[InputProblem]) -> list[ExperimentSpec]:
+    """The selected scenarios × framework configs × matrices, expanded and validated (problems appended)."""
+    selected = _selected(scenario_file.scenarios, options, source, problems)
+    defaults = {**inputs.defaults, "memory_logging": ",".join(sorted(options.memory_logging)) or "none"}
     matrices = Matrices(num_gpus=options.num_gpus or [1], effective_batch_size=options.effective_batch_size,
                         max_seq_len=options.max_seq_len, packing=options.packing,
                         attn_implementation=options.attn_implementation)
-    experiments = expand(selected, framework_configs, defaults, scenario_file.data_processing, matrices,
-                         device_type, accelerate_config, problems, scenarios_source=scenarios_path)
+    experiments = expand(selected, inputs.framework_configs, defaults, scenario_file.data_processing, matrices,
+                         inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source)
     if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
         raise InputError([InputProblem("command line", "--repeats" if options.repeats > 1 else "matrix",
                                        f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
                                        f"than the {MAX_RUNS:,} runs one command takes",
                                        "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
-    sources = Sources(defaults, options.defaults, {s.name: s.arguments for s in selected},
-                      scenarios_path, scenario_file.data_processing, options.framework_configs)
-    experiments, found = validate(experiments, sources, cuda_here=bool(gpus))
+    sources = Sources(defaults, inputs.defaults_path, {s.name: s.arguments for s in selected}, source,
+                      scenario_file.data_processing, inputs.framework_configs_path)
+    experiments, found = validate(experiments, sources, cuda_here=bool(inputs.gpus))
     problems += found
-    if not experiments and not problems:
-        slow = not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
-        problems.append(InputProblem(scenarios_path, "scenarios", "the matrix has no experiment to run",
-                                     "pass --include_slow (every scenario is `slow: true`)" if slow else
-                                     "add a scenario, or check the matrix options"))
-    if problems:
-        raise InputError(problems)
-    return Matrix(experiments, device_type, gpus, options)
+    return experiments
 
 
 def _selected(scenarios: list, options: MatrixOptions, scenarios_path: str, problems: list[InputProblem]) -> list:

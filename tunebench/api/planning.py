@@ -1,4 +1,5 @@
-"""Memory predictions for a matrix from Python: `tunebench.plan(matrix)` is `benchmark.py plan` as a DataFrame."""
+"""Memory predictions for a matrix from Python: `tunebench.plan(matrix)` is `benchmark.py plan` as a DataFrame,
+`fit_map(matrix)` is `plan --fit_map`'s."""
 
 from __future__ import annotations
 
@@ -31,14 +32,34 @@ def predictions(matrix: Matrix, plan_device: str | None = None) -> dict:
     return plan_experiments(matrix.experiments, capacity, host_budget=bool(plan_device), device_name=device_name)
 
 
-def plan(matrix: Matrix, plan_device: str | None = None):
-    """One row per experiment: its settings and the `pred_*` columns (what `benchmark.py plan` writes to plan.csv).
-    Raises InputError when a model cannot be resolved here."""
+def check_models(matrix: Matrix) -> None:
+    """Every hub model of the matrix answers (asked once each); InputError naming the ones that do not."""
     from tunebench.execution.hub_access import matrix_problems
-    from tunebench.results import summaries
 
     problems = matrix_problems(matrix.experiments, data=False)
     if problems:
         raise InputError(problems)
-    found = predictions(matrix, plan_device)
+
+
+def plan(matrix: Matrix, plan_device: str | None = None, found: dict | None = None):
+    """One row per experiment: its settings and the `pred_*` columns (what `benchmark.py plan` writes to plan.csv).
+    Raises InputError when a model cannot be resolved here. `found`: predictions already made for this matrix."""
+    from tunebench.results import summaries
+
+    if found is None:
+        check_models(matrix)
+        found = predictions(matrix, plan_device)
     return summaries.collect([{**e.describe(), **found.get(e.experiment_id, {})} for e in matrix.experiments])
+
+
+def fit_map(matrix: Matrix, plan_device: str | None = None):
+    """The largest micro-batch predicted to fit, per model × framework config × PEFT × sequence length × GPUs
+    (what `benchmark.py plan --fit_map` writes to fit_map.csv); InputError when there is no GPU to fit to."""
+    from tunebench.planning.attention_kernels import architecture
+    from tunebench.planning.fit_map import fit_map as search
+
+    capacity, device_name = plan_target(plan_device, matrix.gpus)
+    if capacity is None:
+        raise InputError([InputProblem("command line", "--fit_map", "there is no GPU here to fit to",
+                                       "give --plan_device (a GPU name or a size such as 80GiB)")])
+    return search(matrix.experiments, capacity, device_name, architecture(device_name))

@@ -9,30 +9,34 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT
 from tunebench.bounds import Range
-from tunebench.command_line import MAX_COUNT, MAX_MINUTES, SECONDS, Parser
+from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges
+from tunebench.command_line import MAX_COUNT, SECONDS, Parser
 from tunebench.errors import InputProblem
+from tunebench.execution.executors import EXECUTORS
+from tunebench.execution.launchers import LAUNCHERS
+from tunebench.telemetry.trackers import TRACKERS
+from tunebench.vocabulary import Device, Executor
 
 logger = logging.getLogger(__name__)
 
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range). Every int/float
 # option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
-OPTION_RANGES: dict[str, Range] = {
-    "--timeout": SECONDS, "--nvidia_smi_loop_ms": Range(1, 60_000), "--max_concurrent": Range(1, 4096),
-    "--cpu_slots": Range(0, 4096), "--ray_connect_timeout": Range(0, 3600, low_open=True),
-    "--repeats": Range(1, 100), "--slurm_time_limit": Range(1, MAX_MINUTES),
+CORE_RANGES: dict[str, Range] = {
+    "--timeout": SECONDS, "--cpu_slots": Range(0, 4096), "--repeats": Range(1, 100),
+    "--gpu_hour_usd": Range(0, 1e6), "--project_num_gpus": Range(1, 4096),
 }
+# The plugins' options carry their own ranges (executors, trackers: tunebench.cli.plugin_options).
+OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
                 "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list",
                 "--attn_implementation_matrix": "text list"}
 MATRIX_RANGE = Range(1, MAX_COUNT)  # what `numbers` accepts
-_SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
                    "CSV), `report` (HTML report), `tune` (the fastest configuration that fits, by a pruned search); e.g. `benchmark.py compare --help`")
@@ -72,22 +76,6 @@ def booleans(values: list[str] | None, problems: list[InputProblem]) -> list[boo
         return None
 
 
-def sbatch_arguments(values: list[str] | None, problems: list[InputProblem]) -> dict[str, str]:
-    """`--slurm_extra KEY=VALUE ...` as sbatch's `--KEY=VALUE` lines: a key is a word (sbatch's own spelling),
-    a value is one line (it is written into the job script)."""
-    found: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-")
-        if not sep or not _SBATCH_KEY.fullmatch(key) or not value or any(c in value for c in "\r\n\0"):
-            problems.append(InputProblem("command line", "--slurm_extra", f"expected KEY=VALUE with an sbatch "
-                                         f"option name and a one-line value, got {item!r}",
-                                         "e.g. --slurm_extra cpus-per-task=16 constraint=h100"))
-            continue
-        found[key] = value
-    return found
-
-
 PLAN_DESCRIPTION = ("Predict each experiment's memory (the matrix benchmark.py would run), print the table and "
                     "write <results>/plan.csv; nothing runs. Takes benchmark.py's options.")
 
@@ -101,6 +89,13 @@ def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
     def opt(*names, **kw):  # every option also answers to its dash spelling
         parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
 
+    for options in (_matrix_options, _input_options, _run_options, _telemetry_options):
+        options(opt)
+    add_plugin_options(parser)
+    return parser
+
+
+def _matrix_options(opt) -> None:
     opt("--num_gpus_matrix", nargs="+", metavar="N",
         help="GPU counts; on CPU, process counts (gloo). Default 1")
     opt("--effective_batch_size_matrix", nargs="+", metavar="B",
@@ -115,6 +110,9 @@ def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
     opt("--run_only_scenarios", nargs="+", metavar="NAME", help="run only these scenarios (default: all but "
         "`slow: true` ones)")
     opt("--include_slow", action="store_true", help="also run `slow: true` scenarios")
+
+
+def _input_options(opt) -> None:
     opt("--scenarios_config_path", metavar="YAML",
         help=f"scenarios (default `scenarios.yaml`; `{CPU_SCENARIOS}` when no GPU is present)")
     opt("--defaults_config_path", metavar="YAML", default=str(REPO_ROOT / "defaults.yaml"),
@@ -126,6 +124,11 @@ def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
     opt("--results_output_path", metavar="DIR", default="results",
         help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (README \"What tunebench "
         "does with your files\"). One harness per folder: a second one is refused (exit 2, naming the holder)")
+    opt("--device", choices=Device.values(), default=Device.AUTO.value,
+        help="`auto` = cuda when nvidia-smi lists GPUs")
+
+
+def _run_options(opt) -> None:
     opt("--overwrite", action="store_true", help="first remove the experiment folders and CSVs of earlier runs in "
         "the results folder (only what tunebench wrote there); without it, finished experiments are reused")
     opt("--dry_run", action="store_true", help="print the matrix, write each experiment's spec.json and command.sh, "
@@ -137,51 +140,50 @@ def build_parser(prog: str = "benchmark.py") -> argparse.ArgumentParser:
     opt("--fit_map", action="store_true", help="with `benchmark.py plan`: instead of the matrix's rows, the largest "
         "micro-batch predicted to fit the GPU (--plan_device or the one here) per model × framework config × PEFT "
         "× sequence length, in `<out>/fit_map.csv`")
+    opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
+        "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
+        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README \"Projection\")")
+    opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the projection's GPU table "
+        "(`tunebench/planning/projection/gpus.yaml`)")
+    opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
+        "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
+    opt("--project_num_gpus", type=int, default=1, metavar="N", help="GPUs of --plan_device to project to")
+    opt("--project_parallelism", choices=["ddp", "fsdp2"], default=None,
+        help="how --project_num_gpus GPUs share the work: DDP replicas or FSDP2 shards")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
         "predicted peak and the capacity (implies `--plan`)")
-    opt("--executor", choices=["local", "ray", "slurm"], default="local",
+    opt("--executor", choices=EXECUTORS.names(), default=Executor.LOCAL.value,
         help="where experiments run: this machine, one Ray task each on a Ray cluster (`tunebench[ray]`), or one "
-        "Slurm job each (`tunebench[slurm]`); an experiment wider than a node spans several")
-    opt("--max_concurrent", type=int, default=1, metavar="N",
-        help="local executor: up to N experiments at once on disjoint GPU sets (CPU: process slots)")
+        "Slurm job each (`tunebench[slurm]`); an experiment wider than a node spans several. Each executor's own "
+        "options are in its group below")
+    opt("--launcher", choices=LAUNCHERS.names(), default=None,
+        help="start experiments with this launcher where it fits them (a multi-process one for several processes, "
+        "another for one); default: forkserver (python with --no_preload) for one process, torchrun on CPU and "
+        "accelerate on GPUs for several")
     opt("--cpu_slots", type=int, default=0, metavar="N", help="CPU runs: process slots to pack onto (0: the cores)")
     opt("--exclusive_timing", action="store_true",
         help="every experiment alone on the machine (a scenario can ask with `exclusive: true`)")
-    opt("--ray_address", default=None, metavar="ADDR", help="Ray cluster to join (`auto`, `host:port`, "
-        "`ray://host:port`; `auto`: RAY_ADDRESS, else the cluster last started on this machine); default a new "
-        "local Ray instance, even when another cluster runs here")
-    opt("--ray_connect_timeout", type=float, default=30.0, metavar="S",
-        help="seconds to wait for the cluster at `--ray_address`; unreachable → exit 2")
-    opt("--ray_transfer", choices=["object", "shared"], default="object",
-        help="how experiment folders come back: through Ray's object store, or a filesystem shared by every node")
-    opt("--slurm_partition", default=None, metavar="NAME",
-        help="Slurm partition of the jobs (default the cluster's default); one sinfo does not list → exit 2")
-    opt("--slurm_account", default=None, metavar="NAME", help="Slurm account charged for the jobs")
-    opt("--slurm_time_limit", type=int, default=None, metavar="MIN", help="each job's Slurm time limit in minutes "
-        "(default `--timeout` + 10 min); a job reaching it is a `timeout` row")
-    opt("--slurm_extra", nargs="+", action="extend", default=None, metavar="KEY=VALUE",
-        help="further sbatch arguments, e.g. `--slurm_extra cpus-per-task=16 constraint=h100` (repeatable)")
     opt("--no_preload", action="store_true",
         help="start every experiment in a new interpreter instead of forking it from the preload server")
     opt("--preload_models", action="store_true", help="load every model's config and tokenizer before the matrix")
     opt("--no_data_processing", action="store_true", help="reuse the preprocessed-data cache; a missing entry is "
         "exit 2")
-    opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (= `--memory_logging` "
-        "with `nvidia`): a separate poller restricted to the experiment's GPUs, baseline subtracted, always reaped")
-    opt("--nvidia_smi_loop_ms", "--loop_ms", type=int, default=100, metavar="MS", help="sidecar poll period")
-    opt("--nvidia_smi_backend", choices=["nvidia-smi", "nvml"], default="nvidia-smi",
-        help="poll with the nvidia-smi CLI or NVML (nvidia-ml-py), both in a separate process")
-    opt("--log_memory_hf", action="store_true", help="HF `skip_memory_metrics=False` columns (costs ~4%% throughput)")
-    opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"), metavar="MODES",
-        help="comma list of `scanner`, `huggingface`, `nvidia`, `all`, `none` (env `MEMORY_LOGGING`)")
     opt("--timeout", type=float, default=3600.0, metavar="S", help="per-experiment timeout in seconds")
     opt("--no_resume", action="store_true", help="re-run experiments that already completed")
     opt("--repeats", type=int, default=1, metavar="N",
         help="run every experiment N times, interleaved (all experiments once, then again), each run a row and a "
         "folder (`-r<k>`); rows get the olympic mean and spread over the runs, and compare uses the runs as samples")
-    opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when nvidia-smi lists GPUs")
     opt("--compare_with", metavar="CSV", help="after the run, compare with a reference (exit 1 on regression)")
     opt("--compare_threshold", nargs="+", metavar="METRIC=PCT",
         help="thresholds for `--compare_with`, as `benchmark.py compare --threshold`")
     opt("--log_level", default="INFO", help="logging level of the harness")
-    return parser
+
+
+def _telemetry_options(opt) -> None:
+    opt("--trackers", nargs="+", choices=TRACKERS.names(), default=None, metavar="NAME",
+        help=f"harness trackers to add (host_load is always on): {', '.join(TRACKERS.names())}")
+    opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (= `--memory_logging` "
+        "with `nvidia`): a separate poller restricted to the experiment's GPUs, baseline subtracted, always reaped")
+    opt("--log_memory_hf", action="store_true", help="HF `skip_memory_metrics=False` columns (costs ~4%% throughput)")
+    opt("--memory_logging", default=os.environ.get("MEMORY_LOGGING", "scanner"), metavar="MODES",
+        help="comma list of `scanner`, `huggingface`, `nvidia`, `all`, `none` (env `MEMORY_LOGGING`)")

@@ -12,7 +12,7 @@ from typing import Any
 
 from tunebench.execution.failures import classify
 from tunebench.execution.launchers import Rendezvous, choose, command_script
-from tunebench.execution.processes import run_process, stop_reason
+from tunebench.execution.processes import RunSession, run_process
 from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
@@ -20,40 +20,50 @@ from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.readback import read_tail
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
-from tunebench.telemetry.trackers import NvidiaSidecarTracker, SidecarSettings
+from tunebench.telemetry.trackers import harness_trackers
+from tunebench.vocabulary import Executor, Status
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class RunOptions:
+    """What the runner and the executors take: the run's own settings, the executor chosen by name with its typed
+    settings (each plugin owns its options: LocalSettings, RaySettings, SlurmSettings), the harness trackers by
+    name with theirs, and the session that knows the run's processes."""
+
     output_dir: Path
     accelerate_config_path: str | None = None
     timeout_seconds: float | None = 3600.0
     dry_run: bool = False
     resume: bool = True
     available_gpus: list[int] = field(default_factory=list)
-    log_nvidia_smi: bool = False
-    nvidia_smi_loop_ms: int = 100
-    nvidia_smi_backend: str = "nvidia-smi"
+    cpu_slots: int = 0  # CPU: process slots to pack onto (0 = the machine's cores)
+    exclusive_timing: bool = False  # every experiment alone on its machine
     extra_env: dict[str, str] = field(default_factory=dict)
     preload: bool = True  # fork single-process experiments from the preload server (execution/preload.py)
-    executor: str = "local"  # local | ray
-    max_concurrent: int = 1  # local executor: experiments side by side on disjoint GPU/slot sets
-    cpu_slots: int = 0  # CPU: process slots to pack onto (0 = the machine's cores)
-    exclusive_timing: bool = False  # every experiment alone on the machine
-    ray_address: str | None = None
-    ray_connect_timeout: float = 30.0  # seconds to wait for the cluster at ray_address
-    ray_transfer: str = "object"  # object (folders come back through Ray) | shared (a shared filesystem)
-    slurm_partition: str | None = None  # sbatch --partition (None: the cluster's default)
-    slurm_account: str | None = None  # sbatch --account
-    slurm_time_limit: float | None = None  # minutes per job (None: from timeout_seconds, with room to start)
-    slurm_extra: dict[str, str] = field(default_factory=dict)  # further sbatch arguments, KEY → VALUE
-    slurm_cluster: str = "slurm"  # submitit's cluster: slurm, or local (jobs on this machine: the tests' stand-in)
+    launcher: str | None = None  # a launcher by name (execution.launchers.LAUNCHERS); None: chosen per experiment
+    executor: str = Executor.LOCAL  # by name (execution.executors.EXECUTORS)
+    # The executors' and trackers' own settings, by type (LocalSettings(max_concurrent=2), SidecarSettings(...));
+    # a plugin whose settings are not here runs with its defaults.
+    settings: tuple = ()
+    trackers: tuple[str, ...] = ()  # harness trackers by name (telemetry.trackers.TRACKERS) besides the always-on
     # Set by a multi-node executor on each node of an experiment that spans machines: this node's part of it.
     node: Rendezvous | None = None
     predictions: dict[str, dict[str, Any]] = field(default_factory=dict)  # experiment_id → pred_* columns
     skip_predicted_oom: bool = False
+    session: RunSession = field(default_factory=RunSession, repr=False, compare=False)
+
+    def settings_of(self, settings_class: type):
+        """This run's settings of that type, else its defaults."""
+        return next((s for s in self.settings if isinstance(s, settings_class)), None) or settings_class()
+
+    def __getstate__(self) -> dict:
+        # Ray and Slurm ship the options to other processes: the session (locks, live processes) stays here.
+        return {**self.__dict__, "session": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({**state, "session": RunSession()})
 
 
 def cpu_slots(options: RunOptions) -> int:
@@ -70,7 +80,7 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
                 "the count on purpose)")
     if experiment.num_gpus < fc.min_gpus:
         return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
-    if experiment.device_type == "cpu" and "fsdp" in experiment.arguments and experiment.arguments["fsdp"]:
+    if experiment.device_type == "cpu" and experiment.value("training", "fsdp"):
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
@@ -90,7 +100,7 @@ def base_row(experiment: ExperimentSpec, options: RunOptions | None = None) -> d
 
 def reusable_row(folder: Path, experiment_id: str) -> dict[str, Any] | None:
     row = results.read_row(folder)
-    if row and row.get("status") == "ok" and row.get("experiment_id") == experiment_id:
+    if row and row.get("status") == Status.OK and row.get("experiment_id") == experiment_id:
         return row
     return None
 
@@ -103,18 +113,6 @@ def _clear_previous_attempt(folder: Path) -> None:
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "trainer_output", ignore_errors=True)
-
-
-def _harness_trackers(options: RunOptions) -> list:
-    """The harness-side telemetry the options ask for (tunebench.telemetry.trackers)."""
-    from tunebench.telemetry.environment_summary import SteadyEnvironmentTracker
-    from tunebench.telemetry.host_load import HostLoadTracker
-
-    # always: what else ran on the host and its GPUs is part of every measurement
-    trackers: list = [HostLoadTracker(), SteadyEnvironmentTracker()]
-    if options.log_nvidia_smi:
-        trackers.append(NvidiaSidecarTracker(SidecarSettings(options.nvidia_smi_backend, options.nvidia_smi_loop_ms)))
-    return trackers
 
 
 def node_folder(experiment_folder: Path, node_rank: int) -> Path:
@@ -135,33 +133,33 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     try:
         ensure_inside(options.output_dir, folder)
     except ValueError as exc:  # a link planted in the results folder: nothing is written through it
-        return {**row, "status": "error", "error_messages": f"not run: its folder {exc}"}
+        return {**row, "status": Status.ERROR, "error_messages": f"not run: its folder {exc}"}
     if options.dry_run and (folder / results.RESULTS_FILE).exists():
         # A finished (or failed) experiment's files describe the run that produced them: a dry run never
         # rewrites them (its command.sh may name another interpreter).
-        return {**row, "status": "dry_run", "error_messages": "already run: its files were left as they are"}
+        return {**row, "status": Status.DRY_RUN, "error_messages": "already run: its files were left as they are"}
     folder.mkdir(parents=True, exist_ok=True)
-    launcher = choose(experiment, options.preload, options.accelerate_config_path, node)
+    launcher = choose(experiment, options, node)
     command = launcher.command(experiment, folder / SPEC_FILE, gpu_ids, options.extra_env)
     experiment.write(folder, command.argv)
     write_atomic(folder / "command.sh", command_script(command))
     (folder / "command.sh").chmod(0o755)
     if options.dry_run:
-        return {**row, "status": "dry_run"}
+        return {**row, "status": Status.DRY_RUN}
     _clear_previous_attempt(folder)
     with contextlib.ExitStack() as stack:
         watching = [(tracker, stack.enter_context(tracker.around(experiment.device_type, gpu_ids, folder)))
-                    for tracker in _harness_trackers(options)]
+                    for tracker in harness_trackers(options.trackers, options.settings_of)]
         outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
-                              time_limit(experiment, options))
+                              time_limit(experiment, options), options.session)
     produced = results.read_row(folder, required=())  # the entry's row: the identity is the harness's to add
-    stopped_by = stop_reason()
-    if outcome.returncode == 0 and produced and produced.get("status") == "ok" and not outcome.timed_out:
+    stopped_by = options.session.stop_reason
+    if outcome.returncode == 0 and produced and produced.get("status") == Status.OK and not outcome.timed_out:
         row.update(produced)
     elif follower and outcome.returncode == 0 and not outcome.timed_out and not stopped_by:
-        row["status"] = "ok"
+        row["status"] = Status.OK
     elif stopped_by:
-        row["status"] = "error"
+        row["status"] = Status.ERROR
         row["error_messages"] = (f"interrupted: tunebench was stopped by {stopped_by} while this experiment ran "
                                  "(its process group was killed); it runs again on resume")
     else:

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from tunebench.readback import Unreadable, load_json
+from tunebench.vocabulary import FAILED, Status
 
 logger = logging.getLogger(__name__)
 
@@ -62,24 +63,24 @@ def classify(returncode: int | None, timed_out: bool, stderr_text: str, folder: 
             continue
         # The keys read below, typed: a damaged file must not turn the classification into a traceback.
         rank_errors.append({"rank": error["rank"] if isinstance(error.get("rank"), int) else 0,
-                            "status": error["status"] if error.get("status") in ("oom", "error", "timeout") else "error",
+                            "status": Status(error["status"]) if error.get("status") in FAILED else Status.ERROR,
                             "error_messages": str(error.get("error_messages", ""))})
     if timed_out:
-        return "timeout", "experiment exceeded its timeout and was killed\n" + last_traceback(stderr_text)[-1000:]
+        return Status.TIMEOUT, "experiment exceeded its timeout and was killed\n" + last_traceback(stderr_text)[-1000:]
     killed = _killed_rank(stderr_text, {e.get("rank") for e in rank_errors})
-    if killed and not any(e.get("status") == "oom" for e in rank_errors):
+    if killed and not any(e.get("status") == Status.OOM for e in rank_errors):
         # The killed rank is the cause; the others' errors (a peer vanished) are its consequence.
         consequence = f"\n[rank{rank_errors[0].get('rank', 0)}] then: " + rank_errors[0].get("error_messages", "")[-1500:] if rank_errors else ""
-        return "error", killed + consequence
+        return Status.ERROR, killed + consequence
     if rank_errors:
-        first = next((e for e in rank_errors if e.get("status") == "oom"), rank_errors[0])
-        return first.get("status", "error"), f"[rank{first.get('rank', 0)}] " + first.get("error_messages", "")
+        first = next((e for e in rank_errors if e.get("status") == Status.OOM), rank_errors[0])
+        return Status(first.get("status", Status.ERROR)), f"[rank{first.get('rank', 0)}] " + first.get("error_messages", "")
     trace = last_traceback(stderr_text)
     if is_oom(trace):
-        return "oom", trace
+        return Status.OOM, trace
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-        return "error", f"killed by signal {name} (a host OOM kill shows as SIGKILL)\n{trace}"
+        return Status.ERROR, f"killed by signal {name} (a host OOM kill shows as SIGKILL)\n{trace}"
     if returncode == 0:
-        return "error", "process exited 0 but wrote no results.json\n" + trace
-    return "error", trace or f"exit code {returncode}"
+        return Status.ERROR, "process exited 0 but wrote no results.json\n" + trace
+    return Status.ERROR, trace or f"exit code {returncode}"

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def stop_on_signals(signals=(signal.SIGTERM, signal.SIGHUP)):
     def handler(signum, frame):
         raise HarnessStopped(signum)
 
+    if threading.current_thread() is not threading.main_thread():  # Python lets only the main thread handle them
+        yield
+        return
     previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield

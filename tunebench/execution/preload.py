@@ -26,45 +26,55 @@ logger = logging.getLogger(__name__)
 # What the server imports once; an experiment's own imports then find them in sys.modules.
 # The guard comes first: the server must die with the harness even while it is still importing the rest.
 PRELOAD_MODULES = ["tunebench.execution.forkserver_guard", "tunebench.experiment.preloaded"]
-_context = None
 NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start a new interpreter after all
 
 
-def _server():
-    global _context
-    if _context is None:
-        from tunebench.execution.forkserver_guard import HARNESS_PID_ENV
+class PreloadServer:
+    """The run's preload server: started (its imports paid) once by `warm`, then every `start` is a fork of it.
 
-        os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD_MODULES)
-    return _context
+    multiprocessing keeps one forkserver per Python process, so every PreloadServer of a process forks from the
+    same one; the object holds what this run knows of it (the start-up it paid), and tune keeps one for all the
+    batches of a search.
+    """
 
+    def __init__(self):
+        self._context = None
+        self.warm_seconds: float | None = None  # what starting it cost this run (None: not started yet)
 
-def warm() -> float:
-    """Start the server (it imports the modules) and return how long that took, in seconds."""
-    started = time.monotonic()
-    process = _server().Process(target=_noop, daemon=False)
-    process.start()
-    process.join()
-    return time.monotonic() - started
+    def _server(self):
+        if self._context is None:
+            from tunebench.execution.forkserver_guard import HARNESS_PID_ENV
+
+            os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
+            self._context = multiprocessing.get_context("forkserver")
+            self._context.set_forkserver_preload(PRELOAD_MODULES)
+        return self._context
+
+    def warm(self) -> float:
+        """Start the server (it imports the modules) once; how long that took, in seconds."""
+        if self.warm_seconds is None:
+            started = time.monotonic()
+            process = self._server().Process(target=_noop, daemon=False)
+            process.start()
+            process.join()
+            self.warm_seconds = time.monotonic() - started
+        return self.warm_seconds
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str):
+        """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
+        context = self._server()
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+        server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the fork's parent-to-be
+        process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
+                                  daemon=False)
+        process.start()
+        return process
 
 
 def _noop() -> None:
     pass
-
-
-def start(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str):
-    """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
-    context = _server()
-    from multiprocessing import forkserver
-
-    forkserver.ensure_running()
-    server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the fork's parent-to-be
-    process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
-                              daemon=False)
-    process.start()
-    return process
 
 
 def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str,

@@ -69,21 +69,13 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def run_process(launcher, command, stdout_path: Path, stderr_path: Path,
-                timeout_seconds: float | None) -> ProcessOutcome:
+def run_process(launcher, command, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None,
+                session: RunSession | None = None) -> ProcessOutcome:
     """Start `command` with `launcher` and wait for it, or for the timeout; on timeout or Ctrl-C the whole
-    process group is killed."""
+    process group is killed. `session` (the run's) knows it while it runs, so that stopping the run ends it."""
     start, started_unix = time.monotonic(), time.time()
     proc = launcher.start(command, stdout_path, stderr_path)
-    return _wait(proc, start, started_unix, timeout_seconds)
-
-
-# Every experiment process group currently running in this harness (the executors' worker threads start
-# them): `stop_all()` ends them all when the harness is interrupted or terminated, and records why, so each
-# interrupted experiment's row names the cause.
-_RUNNING: set = set()
-_RUNNING_LOCK = threading.Lock()
-_STOP = {"reason": None}
+    return _wait(proc, start, started_unix, timeout_seconds, session or RunSession())
 
 
 def stop_description(exc: BaseException) -> str:
@@ -96,28 +88,51 @@ def stop_description(exc: BaseException) -> str:
     return f"a harness error ({type(exc).__name__}: {str(exc)[:200]})"
 
 
-def stop_reason() -> str | None:
-    """Why the harness is stopping (set by stop_all), or None while it runs normally."""
-    return _STOP["reason"]
+class RunSession:
+    """One harness run's live processes and why it is stopping (None while it runs normally).
+
+    The executors' worker threads start experiment process groups; when the run is interrupted or terminated,
+    `stop_all` ends every one of them and records why, so each interrupted experiment's row names the cause.
+    One object per run (a tune search keeps one for all its batches, and its preload server), never module
+    state: two runs in one Python process (a notebook, tune) never see each other's processes or stop reasons.
+    """
+
+    def __init__(self):
+        self._running: set = set()
+        self._lock = threading.Lock()
+        self.stop_reason: str | None = None
+        self._preload = None
+
+    @property
+    def preload(self):
+        """The run's preload server (execution.preload), made on first use."""
+        if self._preload is None:
+            from tunebench.execution.preload import PreloadServer
+
+            self._preload = PreloadServer()
+        return self._preload
+
+    def add(self, proc) -> None:
+        with self._lock:
+            self._running.add(proc)
+
+    def discard(self, proc) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def stop_all(self, grace_seconds: float = 3.0, reason: str = "a stop request") -> int:
+        """Kill every running experiment's process group; returns how many there were."""
+        self.stop_reason = reason
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            kill_process_group(proc, grace_seconds=grace_seconds)
+        return len(running)
 
 
-def reset_stop() -> None:
-    _STOP["reason"] = None
-
-
-def stop_all(grace_seconds: float = 3.0, reason: str = "a stop request") -> int:
-    """Kill every running experiment's process group; returns how many there were."""
-    _STOP["reason"] = reason
-    with _RUNNING_LOCK:
-        running = list(_RUNNING)
-    for proc in running:
-        kill_process_group(proc, grace_seconds=grace_seconds)
-    return len(running)
-
-
-def _wait(proc, start: float, started_unix: float, timeout_seconds: float | None) -> ProcessOutcome:
-    with _RUNNING_LOCK:
-        _RUNNING.add(proc)
+def _wait(proc, start: float, started_unix: float, timeout_seconds: float | None,
+          session: RunSession) -> ProcessOutcome:
+    session.add(proc)
     try:
         returncode = proc.wait(timeout=timeout_seconds)
         # Ranks can outlive a launcher that exited early; reap the group either way.
@@ -131,5 +146,4 @@ def _wait(proc, start: float, started_unix: float, timeout_seconds: float | None
         kill_process_group(proc, grace_seconds=3.0)
         raise
     finally:
-        with _RUNNING_LOCK:
-            _RUNNING.discard(proc)
+        session.discard(proc)

@@ -39,12 +39,7 @@ class Settings:
 def settings_of(experiment: ExperimentSpec) -> Settings:
     """The progress view's columns for one experiment."""
 
-    def training(key: str):
-        # Given (or set by the effective batch matrix), else SFTConfig's default, which the child will use too.
-        given = experiment.arguments.get(key)
-        return given if given is not None else experiment.value("training", key)
-
-    batch = f"{training('per_device_train_batch_size')}×{training('gradient_accumulation_steps')}"
+    batch = f"{experiment.micro_batch}×{experiment.grad_accum}"
     return Settings(experiment.num_gpus, experiment.device_type == "cpu", batch, experiment.framework_config.name)
 
 

@@ -14,12 +14,12 @@ from tunebench.execution.experiment_run import (
     run_one,
     skip_reason,
 )
-from tunebench.execution.processes import reset_stop
 from tunebench.execution.progress import MatrixProgress, settings_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.predict import reserved_bytes, usable_bytes
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
+from tunebench.vocabulary import Executor, Status
 
 logger = logging.getLogger(__name__)
 
@@ -29,44 +29,16 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
     untyped = [e.folder_name for e in experiments if not e.entry]
     if untyped:
         raise ValueError(f"{untyped[:3]}: run_matrix takes validated experiments (tunebench.matrix.validation)")
-    reset_stop()
     rows: dict[int, dict[str, Any]] = {}
-    todo: list[int] = []
-    for index, experiment in enumerate(experiments):
-        folder = options.output_dir / experiment.folder_name
-        previous = reusable_row(folder, experiment.experiment_id) if options.resume and not options.dry_run else None
-        if previous is not None:
-            logger.info("resume: %s already completed, skipping", experiment.folder_name)
-            predicted = options.predictions.get(experiment.experiment_id)
-            if predicted:  # --plan on a resumed folder: the prediction joins the finished row
-                previous.update(predicted)
-                previous.update(error_columns(previous))
-                results.write_row(folder, previous, root=options.output_dir)
-            rows[index] = previous
-            continue
-        # On a cluster executor this machine's GPUs and cores are not the limit: the executor places (or skips)
-        # what its nodes cannot hold, wider experiments across several nodes.
-        here = options.executor == "local"
-        reason = skip_reason(experiment, len(options.available_gpus) if here else None,
-                             cpu_slots(options) if here else None) or predicted_oom(experiment, options)
-        if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
-            row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
-            rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
-            continue
-        if reason:
-            logger.warning("skipping %s: %s", experiment.folder_name, reason)
-            rows[index] = {**base_row(experiment, options), "status": "skipped", "error_messages": reason}
-            folder.mkdir(parents=True, exist_ok=True)
-            results.write_row(folder, rows[index], root=options.output_dir)
-            continue
-        todo.append(index)
+    todo = [index for index, experiment in enumerate(experiments)
+            if not _decided(index, experiment, options, rows)]
     if not todo:
         return [rows[i] for i in sorted(rows)]
 
     executor = make_executor(options.executor)
     order = [e.folder_name for e in experiments]
     planned = [experiments[i] for i in todo]
-    progress = MatrixProgress([e.folder_name for e in planned], options.max_concurrent,
+    progress = MatrixProgress([e.folder_name for e in planned], executor.concurrency(options),
                               settings=[settings_of(e) for e in planned])
 
     def finished(position: int, row: dict[str, Any]) -> None:
@@ -88,6 +60,38 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
     finally:
         progress.close()
     return [rows[i] for i in sorted(rows)]
+
+
+def _decided(index: int, experiment: ExperimentSpec, options: RunOptions, rows: dict[int, dict[str, Any]]) -> bool:
+    """Whether the experiment's row is settled without launching it: reused (resume), dry-run, or skipped (the
+    machine cannot hold it, a framework config or an acceleration cannot run here, predicted OOM); `rows` gets it."""
+    folder = options.output_dir / experiment.folder_name
+    previous = reusable_row(folder, experiment.experiment_id) if options.resume and not options.dry_run else None
+    if previous is not None:
+        logger.info("resume: %s already completed, skipping", experiment.folder_name)
+        predicted = options.predictions.get(experiment.experiment_id)
+        if predicted:  # --plan on a resumed folder: the prediction joins the finished row
+            previous.update(predicted)
+            previous.update(error_columns(previous))
+            results.write_row(folder, previous, root=options.output_dir)
+        rows[index] = previous
+        return True
+    # On a cluster executor this machine's GPUs and cores are not the limit: the executor places (or skips)
+    # what its nodes cannot hold, wider experiments across several nodes.
+    here = options.executor == Executor.LOCAL
+    reason = skip_reason(experiment, len(options.available_gpus) if here else None,
+                         cpu_slots(options) if here else None) or predicted_oom(experiment, options)
+    if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
+        row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
+        rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
+        return True
+    if reason:
+        logger.warning("skipping %s: %s", experiment.folder_name, reason)
+        rows[index] = {**base_row(experiment, options), "status": Status.SKIPPED, "error_messages": reason}
+        folder.mkdir(parents=True, exist_ok=True)
+        results.write_row(folder, rows[index], root=options.output_dir)
+        return True
+    return False
 
 
 def _run_seconds(row: dict[str, Any]) -> float | None:

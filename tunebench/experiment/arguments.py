@@ -8,6 +8,7 @@ against them before anything runs, and the README's argument table is made from 
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Literal
@@ -129,3 +130,12 @@ def parse_memory_logging(value: str) -> set[str]:
     if "all" in modes:
         return {"scanner", "huggingface", "nvidia"}
     return modes - {"none"}
+
+
+@functools.lru_cache(maxsize=1)
+def training_class():
+    """The training group's argument class: TRL's SFTConfig (TrainingArguments and TRL's own fields), imported on
+    first use (TRL imports transformers' trainer stack)."""
+    from trl import SFTConfig
+
+    return SFTConfig

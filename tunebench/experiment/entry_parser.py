@@ -15,7 +15,7 @@ import json
 import logging
 from typing import Any
 
-from tunebench.experiment.arguments import ENTRY_GROUPS
+from tunebench.experiment.arguments import ENTRY_GROUPS, training_class
 
 logger = logging.getLogger(__name__)
 
@@ -47,18 +47,11 @@ def to_argv(arguments: dict[str, Any]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _sft_config():
-    from trl import SFTConfig
-
-    return SFTConfig
-
-
-@functools.lru_cache(maxsize=1)
 def checkpointing_renames() -> dict[str, str]:
     """transformers >= 5.2x renamed `gradient_checkpointing*` to `activation_checkpointing*` and warns on the old
     names (TRL's SFTConfig sets the old one by default, so every run warned). Users keep writing the familiar
     name; the harness passes it on under the name this transformers reads. {} on older versions."""
-    names = {f.name for f in dataclasses.fields(_sft_config())}
+    names = {f.name for f in dataclasses.fields(training_class())}
     if "activation_checkpointing" not in names:
         return {}
     return {"gradient_checkpointing": "activation_checkpointing",
@@ -80,7 +73,7 @@ def checkpointing_on(training: dict[str, Any]) -> bool:
     for name in ("activation_checkpointing", "gradient_checkpointing"):
         if training.get(name) is not None:
             return bool(training[name])
-    default = {f.name: f.default for f in dataclasses.fields(_sft_config())}["gradient_checkpointing"]
+    default = {f.name: f.default for f in dataclasses.fields(training_class())}["gradient_checkpointing"]
     return bool(default)
 
 
@@ -90,7 +83,7 @@ class EntryParser:
     def __init__(self):
         from transformers import HfArgumentParser
 
-        self.types = {**ENTRY_GROUPS, TRAINING: _sft_config()}
+        self.types = {**ENTRY_GROUPS, TRAINING: training_class()}
         self.parser = HfArgumentParser(tuple(self.types.values()), exit_on_error=False)
         self.parser.error = self._raise  # argparse calls error() for bad choices/types and missing values
         self.fields = {group: {f.name for f in dataclasses.fields(kind) if f.init} for group, kind in self.types.items()}
@@ -146,5 +139,5 @@ def entry_parser() -> EntryParser:
 def build_entry(values: dict[str, dict[str, Any]]) -> tuple:
     """The entry's objects (ModelArguments, DataArguments, PeftArguments, BenchArguments, SFTConfig) from typed
     values: no parsing at all. SFTConfig's own checks (__post_init__) run here, on the machine that builds them."""
-    types = {**ENTRY_GROUPS, TRAINING: _sft_config()}
+    types = {**ENTRY_GROUPS, TRAINING: training_class()}
     return tuple(kind(**values.get(group, {})) for group, kind in types.items())

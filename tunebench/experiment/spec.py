@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tunebench.experiment.arguments import ENTRY_GROUPS
+from tunebench.experiment.arguments import ENTRY_GROUPS, training_class
 from tunebench.experiment.data import dataset_fingerprint
 from tunebench.fileio import safe_name, write_atomic
 
@@ -87,35 +87,52 @@ class ExperimentSpec:
         return f"{safe_name(self.scenario, fallback='scenario')}_{self.experiment_id}{suffix}"
 
     def value(self, group: str, key: str) -> Any:
-        """A typed value: the given one, else the group's default (no object built: no device checks)."""
+        """A typed value: the given one, else the group's default (no object built: no device checks). The one
+        way below the matrix to read a setting: `arguments` is the identity and the CSV's text, not an input."""
+        if not self.entry:
+            raise ValueError(f"{self.folder_name}: not validated yet (tunebench.matrix.validation types it)")
         given = self.entry.get(group, {})
         if key in given:
             return given[key]
-        kind = ENTRY_GROUPS.get(group)
-        if kind is None:
-            from tunebench.experiment.entry_parser import _sft_config
-
-            kind = _sft_config()
+        kind = ENTRY_GROUPS.get(group) or training_class()
         default = next(f for f in dataclasses.fields(kind) if f.name == key)
         return default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
 
+    # The settings read most often, typed (the names the CSV and the README use are their TrainingArguments ones).
+    @property
+    def micro_batch(self) -> int:
+        """Samples per device per forward/backward (`per_device_train_batch_size`)."""
+        return self.value("training", "per_device_train_batch_size")
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimizer step (`gradient_accumulation_steps`)."""
+        return self.value("training", "gradient_accumulation_steps")
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.value("data", "max_seq_len")
+
+    @property
+    def peft_method(self) -> str:
+        return self.value("peft", "peft_method")
+
     def describe(self) -> dict[str, Any]:
         """Identity columns, as they appear in the CSVs."""
-        args = self.arguments
         return {
             "experiment_id": self.experiment_id,
             "scenario": self.scenario,
             "framework_config": self.framework_config.name,
-            "model_name_or_path": args["model_name_or_path"],
+            "model_name_or_path": self.model_name_or_path,
             "num_gpus": self.num_gpus,
             "device_type": self.device_type,
             "effective_batch_size": self.effective_batch_size,
-            "per_device_train_batch_size": args.get("per_device_train_batch_size"),
-            "gradient_accumulation_steps": args.get("gradient_accumulation_steps"),
-            "max_seq_len": args.get("max_seq_len"),
-            "packing": args.get("packing", False),
-            "peft_method": args.get("peft_method", "none"),
-            "torch_dtype": args.get("torch_dtype"),
+            "per_device_train_batch_size": self.micro_batch,
+            "gradient_accumulation_steps": self.grad_accum,
+            "max_seq_len": self.max_seq_len,
+            "packing": self.value("training", "packing"),
+            "peft_method": self.peft_method,
+            "torch_dtype": self.value("model", "torch_dtype"),
             "repeat": self.repeat,
         }
 

@@ -16,6 +16,8 @@ from tunebench.experiment.windows import StepWindows
 
 logger = logging.getLogger(__name__)
 
+KERNEL_ROWS = "kernels.csv.gz"  # per-kernel rows of the memory-scanned step, in the experiment folder
+
 
 @dataclass
 class RunFacts:
@@ -34,8 +36,11 @@ class ScannerTracker:
         from scanner import Scanner
 
         # The windows are already numbers (resolved once by the harness's plan): nothing is parsed again.
+        # The kernel split (on a GPU: every kernel of the scanned step, its class and phase, in kernels.csv.gz) is
+        # what a projection to another GPU starts from; on CPU it leaves only a note.
         self.scanner = Scanner(steps=windows.memory, time_steps=windows.timed or "off",
-                               output=["stdout", str(results_dir / "scan.json")])
+                               output=["stdout", str(results_dir / "scan.json")],
+                               kernels=str(results_dir / KERNEL_ROWS))
 
     def prepare(self, sft_config) -> None:
         pass

@@ -3,25 +3,22 @@ every step timed, the scanner on its steps; writes results.json (the row) and st
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import resource
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunebench.fileio import write_atomic
+from tunebench.fileio import write_json
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
 STEPS_FILE = "steps.json"
-
-
-def write_json_atomic(path: str | Path, payload: Any) -> None:
-    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
 def load_entry(argv: list[str]) -> tuple:
@@ -35,27 +32,61 @@ def load_entry(argv: list[str]) -> tuple:
     return entry_parser().parse_argv(argv)
 
 
+@dataclass
+class _Training:
+    """One experiment's training, built: the trainer and what measures it."""
+
+    sft_config: Any
+    bench_args: Any
+    state: Any  # accelerate's PartialState
+    memory_logging: set[str]
+    policy: Any  # experiment.steady.SteadyPolicy
+    trackers: list
+    quantization: Any
+    counter: Any  # TokenCounter
+    timer: Any  # StepTimer
+    compile_watch: Any  # CompileWatch, or None without torch.compile
+    trainer: Any
+    on_cuda: bool
+    device: Any  # torch.device
+
+
 def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     """Train one experiment; returns (row, per-step records) on rank 0 and ({}, []) elsewhere."""
+    from tunebench.experiment.throughput import steps_record
+
+    training = _build(entry, startup)
+    training.counter.attach(training.trainer.model)
+    train_metrics = training.trainer.train().metrics
+    training.counter.detach()
+    if training.compile_watch is not None:  # a step that compiled is no steady step
+        training.compile_watch.remove()
+        training.timer.excluded.update(training.compile_watch.compiled_steps)
+    startup.mark("train_begin", training.timer.train_begin_unix)
+    step_times = training.timer.finish()
+    token_steps = training.counter.per_step()
+    losses = training.trainer.step_losses()
+    row = _row(training, train_metrics, step_times, token_steps, losses, startup)
+    policy, timer = training.policy, training.timer
+    steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
+    records = steps_record(step_times, token_steps, steady, losses)
+    return (row, records) if training.state.is_main_process else ({}, [])
+
+
+def _build(entry: tuple, startup) -> _Training:
+    """The model, data, trainer and every tracker of the experiment, start-up phases marked."""
     import torch
     from accelerate import PartialState
     from transformers import set_seed
 
     from tunebench.experiment import components
     from tunebench.experiment.arguments import parse_memory_logging
-    from tunebench.experiment.compile_watch import CompileWatch
     from tunebench.experiment.data import prepare_dataset
     from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
-    from tunebench.experiment.flops import mfu, training_flops
-    from tunebench.experiment.kernel_checks import padding_free_problem
     from tunebench.experiment.models import build_tokenizer, load_model
     from tunebench.experiment.quantization import quantization_of
-    from tunebench.experiment.step_timer import StepTimer
-    from tunebench.experiment.throughput import steady_columns, steps_record
-    from tunebench.experiment.tokens import TokenCounter, totals
-    from tunebench.experiment.trackers import RunFacts, hf_memory_columns, make_trackers
-    from tunebench.experiment.trainer import BenchSFTTrainer
-    from tunebench.telemetry.environment import environment_columns
+    from tunebench.experiment.tokens import TokenCounter
+    from tunebench.experiment.trackers import make_trackers
 
     startup.mark("imports")
     quiet_renamed_checkpointing_warning()
@@ -85,41 +116,59 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
                        init_device=components.preset_init_device(model_args, sft_config, state),
                        quantization=quantization, seed=sft_config.seed)
     startup.mark("model")
-    counter = TokenCounter()
-    callbacks = [callback for tracker in trackers for callback in tracker.callbacks()]
-    on_cuda = torch.cuda.is_available() and not sft_config.use_cpu
-    device = torch.device(f"cuda:{state.local_process_index}") if on_cuda else torch.device("cpu")
-    # After the scanner: host work a scan does at a step end then belongs to the scanned step.
-    timer = StepTimer(device, policy, auto=bench_args.steady_state == "auto",
-                      earliest_stop=windows.earliest_stop, token_counter=counter)
-    timer.excluded.update(windows.excluded)
-    callbacks.append(timer)
-    compile_watch = CompileWatch().install() if sft_config.torch_compile else None
-    if compile_watch is not None:
-        callbacks.append(compile_watch)
-    trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
-                              peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
-                              sft_loss=bench_args.sft_loss)
+    training = _Training(sft_config, bench_args, state, memory_logging, policy, trackers, quantization, TokenCounter(),
+                         None, None, None, torch.cuda.is_available() and not sft_config.use_cpu, None)
+    _trainer(training, model, tokenizer, dataset, peft_args, windows)
     startup.mark("trainer")
-    counter.attach(trainer.model)
-    train_metrics = trainer.train().metrics
-    counter.detach()
-    if compile_watch is not None:  # a step that compiled is no steady step
-        compile_watch.remove()
-        timer.excluded.update(compile_watch.compiled_steps)
-    startup.mark("train_begin", timer.train_begin_unix)
-    step_times = timer.finish()
-    token_steps = counter.per_step()
-    tokens = totals(token_steps)
+    return training
 
+
+def _trainer(training: _Training, model, tokenizer, dataset, peft_args, windows) -> None:
+    """The step timer, the torch.compile watch and the SFTTrainer, with every tracker's callbacks."""
+    import torch
+
+    from tunebench.experiment import components
+    from tunebench.experiment.compile_watch import CompileWatch
+    from tunebench.experiment.step_timer import StepTimer
+    from tunebench.experiment.trainer import BenchSFTTrainer
+
+    sft_config, bench_args = training.sft_config, training.bench_args
+    callbacks = [callback for tracker in training.trackers for callback in tracker.callbacks()]
+    training.device = (torch.device(f"cuda:{training.state.local_process_index}") if training.on_cuda
+                       else torch.device("cpu"))
+    # After the scanner: host work a scan does at a step end then belongs to the scanned step.
+    training.timer = StepTimer(training.device, training.policy, auto=bench_args.steady_state == "auto",
+                               earliest_stop=windows.earliest_stop, token_counter=training.counter)
+    training.timer.excluded.update(windows.excluded)
+    callbacks.append(training.timer)
+    training.compile_watch = CompileWatch().install() if sft_config.torch_compile else None
+    if training.compile_watch is not None:
+        callbacks.append(training.compile_watch)
+    training.trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
+                                       peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
+                                       sft_loss=bench_args.sft_loss)
+
+
+def _row(training: _Training, train_metrics: dict, step_times, token_steps, losses: dict[int, float],
+         startup) -> dict[str, Any]:
+    """The experiment's row: whole-run and steady throughput, MFU, memory, environment, every tracker's columns."""
+    import torch
+
+    from tunebench.experiment.flops import mfu, training_flops
+    from tunebench.experiment.kernel_checks import padding_free_problem
+    from tunebench.experiment.throughput import steady_columns
+    from tunebench.experiment.tokens import totals
+    from tunebench.experiment.trackers import RunFacts, hf_memory_columns
+    from tunebench.telemetry.environment import environment_columns
+
+    trainer, sft_config, world = training.trainer, training.sft_config, training.state.num_processes
+    tokens = totals(token_steps)
     runtime = float(train_metrics["train_runtime"])
-    world = state.num_processes
-    device_name = torch.cuda.get_device_name(device) if on_cuda else None
+    device_name = torch.cuda.get_device_name(training.device) if training.on_cuda else None
     flops = training_flops(trainer.model, tokens["nonpad_tokens"], tokens["sum_squared_lengths"])
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     base_config = (trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model).config
     row: dict[str, Any] = {
-        "status": "ok",
+        "status": Status.OK,
         "error_messages": "",
         "train_loss": train_metrics.get("train_loss"),
         "train_runtime": runtime,
@@ -133,33 +182,32 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
         "train_nonpad_tokens": tokens["nonpad_tokens"],
         "train_model_flops": flops,
         "mfu": mfu(flops, runtime, world, device_name),
-        **steady_columns(step_times, token_steps, trainer.model, world, device_name, policy, timer.excluded),
+        **steady_columns(step_times, token_steps, trainer.model, world, device_name, training.policy,
+                         training.timer.excluded),
         "attn_implementation_used": getattr(base_config, "_attn_implementation", None),
         "num_processes": world,
-        "trainable_parameters": trainable,
+        "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         "total_parameters": sum(p.numel() for p in trainer.model.parameters()),
         "mem_peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        **environment_columns("cuda" if on_cuda else "cpu"),
+        **environment_columns("cuda" if training.on_cuda else "cpu"),
         **startup.columns(),
     }
-    if on_cuda:
+    if training.on_cuda:
         row["gpu_name"] = device_name
-        row["mem_peak_torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-        row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
+        row["mem_peak_torch_max_allocated_bytes"] = torch.cuda.max_memory_allocated(training.device)
+        row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(training.device)
     row["distributed_type"] = str(trainer.accelerator.distributed_type).split(".")[-1]
-    losses = trainer.step_losses()
-    row.update(acceleration_columns(quantization, compile_watch, policy.warmup_steps, losses, row))
-    if "huggingface" not in memory_logging:  # the columns exist in every row, empty when not measured
+    row.update(acceleration_columns(training.quantization, training.compile_watch, training.policy.warmup_steps,
+                                    losses, row))
+    if "huggingface" not in training.memory_logging:  # the columns exist in every row, empty when not measured
         row.update(hf_memory_columns({}))
-    for tracker in trackers:
+    for tracker in training.trackers:
         row.update(tracker.columns(RunFacts(train_metrics, row)))
     unlike = padding_free_problem(bool(sft_config.packing), bool(getattr(sft_config, "padding_free", False)),
                                   row["attn_implementation_used"])
     if unlike:
         row["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), unlike) if w)
-    steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
-    records = steps_record(step_times, token_steps, steady, losses)
-    return (row, records) if state.is_main_process else ({}, [])
+    return row
 
 
 def acceleration_columns(quantization, compile_watch, warmup_steps: int, losses: dict[int, float],
@@ -181,7 +229,7 @@ def _error_class(exc: BaseException) -> str:
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        return "oom"
+        return Status.OOM
     return "error"
 
 
@@ -207,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # record, then re-raise so the exit code tells the harness too
         rank = os.environ.get("RANK", "0")
         if results_json:
-            write_json_atomic(Path(results_json).with_name(f"error_rank{rank}.json"), {
-                "status": "timeout" if isinstance(exc, KeyboardInterrupt) else _error_class(exc),
+            write_json(Path(results_json).with_name(f"error_rank{rank}.json"), {
+                "status": Status.TIMEOUT if isinstance(exc, KeyboardInterrupt) else _error_class(exc),
                 "error_messages": "".join(traceback.format_exception(exc))[-4000:],
                 "rank": int(rank),
             })
@@ -217,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         row["entry_wall_seconds"] = time.time() - started
         if os.environ.get("TUNEBENCH_NOT_PRELOADED"):  # tunebench.execution.preload's fallback
             row["startup_preloaded"] = False
-        write_json_atomic(Path(results_json).with_name(STEPS_FILE), steps)
-        write_json_atomic(results_json, row)
+        write_json(Path(results_json).with_name(STEPS_FILE), steps)
+        write_json(results_json, row)
     _destroy_process_group()
     return 0
 

@@ -108,44 +108,59 @@ def expand(
                     "use one of: null, " + ", ".join(sorted(n for n in framework_configs if n != BASELINE)),
                 ))
                 continue
-            combos = itertools.product(
-                models, matrices.num_gpus, matrices.effective_batch_size or [None],
-                matrices.max_seq_len or [None], matrices.packing if matrices.packing is not None else [None],
-                matrices.attn_implementation or [None],
-            )
-            for model, num_gpus, ebs, seq_len, packing, attention in combos:
-                cli_layer: dict[str, Any] = {"model_name_or_path": model}
-                if attention is not None:
-                    cli_layer["attn_implementation"] = attention
-                if seq_len is not None:
-                    cli_layer["max_seq_len"] = seq_len
-                if packing is not None:
-                    cli_layer["packing"] = packing
-                args = resolve_arguments(defaults, data_processing, scenario.arguments, fc.arguments, cli_layer)
-                bad = _batch_problem(args, scenario.name, scenarios_source)
-                if bad:  # the batch is arithmetic here: a non-count never reaches it
-                    if bad not in problems:
-                        problems.append(bad)
-                    continue
-                if ebs is not None:
-                    split = split_batch(ebs, num_gpus, args)
-                    if isinstance(split, str):
-                        problem = InputProblem("command line", "--effective_batch_size_matrix",
-                                               f"scenario {scenario.name!r}: {split}",
-                                               "choose an effective batch divisible by that number")
-                        if problem not in problems:  # one message per scenario, not per framework config
-                            problems.append(problem)
-                        continue
-                    args["per_device_train_batch_size"], args["gradient_accumulation_steps"] = split
-                else:
-                    for key, default in (("per_device_train_batch_size", 8), ("gradient_accumulation_steps", 1)):
-                        if args.get(key) is None:  # absent or null: the harness's default
-                            args[key] = default
-                    ebs = args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * num_gpus
-                experiments.append(ExperimentSpec(
-                    scenario=scenario.name, framework_config=fc, num_gpus=num_gpus, device_type=device_type,
-                    arguments=args, effective_batch_size=ebs, slow=scenario.slow, exclusive=scenario.exclusive,
-                    timeout=scenario.timeout,
-                    accelerate_config=accelerate_config,
-                ))
+            layers = _Layers(defaults, data_processing, scenario, fc, device_type, accelerate_config, scenarios_source)
+            for combo in itertools.product(
+                    models, matrices.num_gpus, matrices.effective_batch_size or [None], matrices.max_seq_len or [None],
+                    matrices.packing if matrices.packing is not None else [None], matrices.attn_implementation or [None]):
+                experiment = layers.experiment(*combo, problems)
+                if experiment is not None:
+                    experiments.append(experiment)
     return experiments
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """One scenario × framework config: its argument layers and where its problems point."""
+
+    defaults: dict[str, Any]
+    data_processing: dict[str, Any]
+    scenario: Scenario
+    framework_config: FrameworkConfig
+    device_type: str
+    accelerate_config: dict[str, Any]
+    source: str
+
+    def experiment(self, model: str, num_gpus: int, ebs: int | None, seq_len: int | None, packing: bool | None,
+                   attention: str | None, problems: list[InputProblem]) -> ExperimentSpec | None:
+        """One point of the CLI matrices, resolved; None (and a problem, once) when its batch does not split."""
+        cli_layer: dict[str, Any] = {"model_name_or_path": model}
+        for key, value in (("attn_implementation", attention), ("max_seq_len", seq_len), ("packing", packing)):
+            if value is not None:
+                cli_layer[key] = value
+        scenario = self.scenario
+        args = resolve_arguments(self.defaults, self.data_processing, scenario.arguments,
+                                 self.framework_config.arguments, cli_layer)
+        bad = _batch_problem(args, scenario.name, self.source)
+        if bad:  # the batch is arithmetic here: a non-count never reaches it
+            if bad not in problems:
+                problems.append(bad)
+            return None
+        if ebs is not None:
+            split = split_batch(ebs, num_gpus, args)
+            if isinstance(split, str):
+                problem = InputProblem("command line", "--effective_batch_size_matrix",
+                                       f"scenario {scenario.name!r}: {split}",
+                                       "choose an effective batch divisible by that number")
+                if problem not in problems:  # one message per scenario, not per framework config
+                    problems.append(problem)
+                return None
+            args["per_device_train_batch_size"], args["gradient_accumulation_steps"] = split
+        else:
+            for key, default in (("per_device_train_batch_size", 8), ("gradient_accumulation_steps", 1)):
+                if args.get(key) is None:  # absent or null: the harness's default
+                    args[key] = default
+            ebs = args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] * num_gpus
+        return ExperimentSpec(scenario=scenario.name, framework_config=self.framework_config, num_gpus=num_gpus,
+                              device_type=self.device_type, arguments=args, effective_batch_size=ebs,
+                              slow=scenario.slow, exclusive=scenario.exclusive, timeout=scenario.timeout,
+                              accelerate_config=self.accelerate_config)

@@ -98,12 +98,18 @@ def _expect_mapping(value: Any, source: str, key: str, problems: list[InputProbl
 
 
 def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFile:
+    """The scenarios of a YAML file; every problem names the file and the key."""
     known = len(problems)
     data = load_yaml(path, problems)
-    source = str(path)
+    if data is None and len(problems) > known:  # unreadable: a problem already
+        return ScenarioFile([], {})
+    return parse_scenarios(data, str(path), problems)
+
+
+def parse_scenarios(data: Any, source: str, problems: list[InputProblem]) -> ScenarioFile:
+    """Scenarios from their parsed form (a YAML file's, or built in Python); problems name `source` and the key."""
     if data is None:
-        if len(problems) == known:  # an empty file (an unreadable one is a problem already)
-            problems.append(InputProblem(source, "-", "the file is empty", "add `scenarios:` with `- name: ...` entries"))
+        problems.append(InputProblem(source, "-", "the file is empty", "add `scenarios:` with `- name: ...` entries"))
         return ScenarioFile([], {})
     if not isinstance(data, dict):  # one line: what follows from it (no `scenarios:`) is no second problem
         problems.append(InputProblem(source, "<top level>", f"expected a mapping, got {type(data).__name__}",
@@ -120,44 +126,53 @@ def load_scenarios(path: str | Path, problems: list[InputProblem]) -> ScenarioFi
         return ScenarioFile([], data_processing)
     scenarios, seen = [], set()
     for i, entry in enumerate(raw):
-        key = f"scenarios[{i}]"
-        entry = _expect_mapping(entry, source, key, problems)
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            problems.append(InputProblem(source, f"{key}.name", "missing scenario name", "add `name: <text>`"))
+        scenario = _scenario(_expect_mapping(entry, source, f"scenarios[{i}]", problems), i, source, problems)
+        if scenario is None:
             continue
-        key = f"scenarios[{i}] ({name})"
-        if name in seen:
-            problems.append(InputProblem(source, f"{key}.name", "duplicate scenario name", "give each a unique name"))
-        seen.add(name)
-        for extra in sorted(set(entry) - {"name", "framework_config", "arguments", "slow", "exclusive", "timeout"}):
-            problems.append(InputProblem(source, f"{key}.{extra}", "unknown scenario key",
-                                         "allowed: name, framework_config, arguments, slow, exclusive, timeout"))
-        fcs = entry.get("framework_config", [None])
-        if fcs is None or isinstance(fcs, str):
-            fcs = [fcs]
-        if not isinstance(fcs, list) or not all(f is None or isinstance(f, str) for f in fcs):
-            problems.append(InputProblem(source, f"{key}.framework_config",
-                                         "expected a list of framework config names or null",
-                                         "e.g. `framework_config: [null, gradient-checkpointing]`"))
-            fcs = [None]
-        slow, exclusive = entry.get("slow", False), entry.get("exclusive", False)
-        for flag, value in (("slow", slow), ("exclusive", exclusive)):
-            if not isinstance(value, bool):
-                problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {value!r}",
-                                             "use true or false"))
-        slow, exclusive = slow is True, exclusive is True
-        timeout = entry.get("timeout")
-        # bool is an int: `timeout: true` must not become a 1-second limit.
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or SECONDS.problem(timeout)):
-            problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds {SECONDS.describe()}, got "
-                                         f"{timeout!r}", "e.g. `timeout: 600`, or leave it out to use --timeout"))
-            timeout = None
-        arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
-        scenarios.append(Scenario(name, list(fcs), dict(arguments), slow, exclusive,
-                                  float(timeout) if timeout is not None else None))
+        if scenario.name in seen:
+            problems.append(InputProblem(source, f"scenarios[{i}] ({scenario.name}).name", "duplicate scenario name",
+                                         "give each a unique name"))
+        seen.add(scenario.name)
+        scenarios.append(scenario)
     return ScenarioFile(scenarios, dict(data_processing))
+
+
+SCENARIO_KEYS = ("name", "framework_config", "arguments", "slow", "exclusive", "timeout")
+
+
+def _scenario(entry: dict, index: int, source: str, problems: list[InputProblem]) -> Scenario | None:
+    """One `scenarios:` entry, its problems named `scenarios[<index>] (<name>).<key>`; None without a name."""
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(InputProblem(source, f"scenarios[{index}].name", "missing scenario name", "add `name: <text>`"))
+        return None
+    key = f"scenarios[{index}] ({name})"
+    for extra in sorted(set(entry) - set(SCENARIO_KEYS)):
+        problems.append(InputProblem(source, f"{key}.{extra}", "unknown scenario key",
+                                     "allowed: " + ", ".join(SCENARIO_KEYS)))
+    fcs = entry.get("framework_config", [None])
+    if fcs is None or isinstance(fcs, str):
+        fcs = [fcs]
+    if not isinstance(fcs, list) or not all(f is None or isinstance(f, str) for f in fcs):
+        problems.append(InputProblem(source, f"{key}.framework_config",
+                                     "expected a list of framework config names or null",
+                                     "e.g. `framework_config: [null, gradient-checkpointing]`"))
+        fcs = [None]
+    slow, exclusive = entry.get("slow", False), entry.get("exclusive", False)
+    for flag, value in (("slow", slow), ("exclusive", exclusive)):
+        if not isinstance(value, bool):
+            problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {value!r}",
+                                         "use true or false"))
+    timeout = entry.get("timeout")
+    # bool is an int: `timeout: true` must not become a 1-second limit.
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or SECONDS.problem(timeout)):
+        problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds {SECONDS.describe()}, got "
+                                     f"{timeout!r}", "e.g. `timeout: 600`, or leave it out to use --timeout"))
+        timeout = None
+    arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
+    return Scenario(name, list(fcs), dict(arguments), slow is True, exclusive is True,
+                    float(timeout) if timeout is not None else None)
 
 
 def load_defaults(path: str | Path, problems: list[InputProblem]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tunebench.planning.residuals import upper, upper_columns
 from tunebench.telemetry.environment import cuda_alloc_conf
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ def sweep_edges(rows) -> list[dict]:
     frame = frame.fillna({"cuda_alloc_conf": ""})
     edges = []
     for keys, sweep in frame.groupby(SWEEP_KEYS, dropna=False):
-        ran = sweep[sweep["status"] == "ok"].dropna(subset=["mem_peak_torch_max_reserved_bytes"])
-        oom = sweep[sweep["status"] == "oom"]
+        ran = sweep[sweep["status"] == Status.OK].dropna(subset=["mem_peak_torch_max_reserved_bytes"])
+        oom = sweep[sweep["status"] == Status.OOM]
         if ran.empty or oom.empty:
             continue
         last = ran.loc[ran["per_device_train_batch_size"].idxmax()]

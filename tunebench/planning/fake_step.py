@@ -133,14 +133,9 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     """Bytes per category alive at the measured step's peak, plus `peak` (their sum), and the attention kernel
     assumed (`attention`). With `gpu_arch` (a CUDA target's compute capability) attention runs as that GPU's
     fused kernels would (planning.attention_kernels); without, as the CPU runs it."""
-    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
-    from tunebench.planning.attention_kernels import cpu_attention, gpu_attention, summary
-    from tunebench.planning.cuda_semantics import applied
-    from tunebench.verify.memtracker_step import ignore_frozen_parameters
-    from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, observed_tracker, tracked_total
+    from tunebench.planning.attention_kernels import summary
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
@@ -149,63 +144,118 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        kind = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(shape.optimizer, {"foreach": False})
-        optimizer = torch.optim.AdamW(trainable, lr=1e-5, **kind)
-        for p in trainable:  # step 1 only creates the optimizer state: no forward/backward needed for that
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        ids = torch.randint(3, config.vocab_size, (shape.micro_batch, shape.seq_len))
-        mask = torch.ones_like(ids) if shape.padded else None
-        # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
-        # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
-        chosen: list[str] = []
-        attention = gpu_attention(gpu_arch, chosen) if gpu_arch else cpu_attention(chosen)
-        # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
-        attention_backward = gpu_attention(gpu_arch, []) if gpu_arch else cpu_attention([])
-        # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
-        cuda = applied(bool(gpu_arch))
-        tracker = observed_tracker(_peak_only(MemTracker))()
-        ignore_frozen_parameters(tracker, model)
-        with _cuda_block_rounding(round_to_cuda_blocks):
-            tracker.track_external(model, optimizer)  # sized (and rounded) when registered
-        with _cuda_block_rounding(round_to_cuda_blocks), tracker, _packed_rows_only_if(shape.packed):
-            if shape.grad_accum > 1:
+        optimizer = _optimizer_with_state(trainable, shape.optimizer)
+        step = _TracedStep(shape, config, gpu_arch, round_to_cuda_blocks, block)
+        step.run(model, optimizer, trainable)
+        snapshot = step.tracker.get_tracker_snapshot("peak")
+    out = _categories(snapshot, optimizer, step.rules, block)
+    out["activations_max"] = step.meter.max  # the CPU scanner's `activations`: the step's maximum
+    out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
+    # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
+    # it. The scanner counts it in params, and so does the prediction, with the part shown on its own.
+    out["quant_state"] = quant_state_bytes(model, block) if shape.quantization is not None else 0
+    out["params"] += out["quant_state"]
+    out["peak"] += out["quant_state"]
+    out["attention"] = summary(step.chosen)
+    return out
+
+
+def _optimizer_with_state(trainable: list, kind: str):
+    """AdamW as the run configures it, its state already made (step 1 only creates the state: no forward or
+    backward is needed for that)."""
+    import torch
+
+    options = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(kind, {"foreach": False})
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5, **options)
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return optimizer
+
+
+class _TracedStep:
+    """One training step under MemTracker (and, for a CUDA target, the scanner's peak rules): forward under the
+    run's autocast and attention kernels, backward, clipping, the optimizer step."""
+
+    def __init__(self, shape: StepShape, config, gpu_arch: int | None, round_to_cuda_blocks: bool, block: int):
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        from tunebench.verify.peak_rules import observed_tracker
+
+        self.shape, self.config, self.gpu_arch = shape, config, gpu_arch
+        self.round, self.block = round_to_cuda_blocks, block
+        self.tracker = observed_tracker(_peak_only(MemTracker))()
+        self.rules = self.meter = None
+        self.chosen: list[str] = []
+
+    def run(self, model, optimizer, trainable: list) -> None:
+        import torch
+
+        from tunebench.verify.memtracker_step import ignore_frozen_parameters
+        from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, tracked_total
+
+        # The batch exists before the tracker looks (as the Trainer's batch does before its step).
+        ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
+        mask = torch.ones_like(ids) if self.shape.padded else None
+        ignore_frozen_parameters(self.tracker, model)
+        with _cuda_block_rounding(self.round):
+            self.tracker.track_external(model, optimizer)  # sized (and rounded) when registered
+        with _cuda_block_rounding(self.round), self.tracker, _packed_rows_only_if(self.shape.packed):
+            if self.shape.grad_accum > 1:
                 # With accumulation the peak is in a micro-batch that starts with every gradient already there
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
             # On a CUDA target the peak is split by the scanner's rules (verify.peak_rules), not MemTracker's
-            follow = round_to_cuda_blocks and hasattr(tracker, "_curr_mem_snap")  # else MemTracker's own split
-            rules = ScannerRules(lambda: tracked_total(tracker), block=block) if follow else None
-            tracker.after_op = rules.after_op if rules is not None else None
-            meter = SavedTensorMeter(model, rules, block=block)
-            grad_hooks = []
-            if rules is not None:
-                rules.count_existing_grads(trainable)
-                grad_hooks = [p.register_post_accumulate_grad_hook(rules.grad_hook) for p in trainable]
-            with autocast, meter.hooks(), attention, cuda:
-                # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
-                # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
-                # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
-                loss = _loss(model, ids, mask) / shape.grad_accum
-            if rules is not None:
-                rules.backward_open = True
-            with attention_backward:
-                loss.backward()
-            del loss
-            if rules is not None:
-                rules.end_backward()
-            meter.remove()
-            for handle in grad_hooks:
-                handle.remove()
+            follow = self.round and hasattr(self.tracker, "_curr_mem_snap")  # else MemTracker's own split
+            self.rules = ScannerRules(lambda: tracked_total(self.tracker), block=self.block) if follow else None
+            self.tracker.after_op = self.rules.after_op if self.rules is not None else None
+            self.meter = SavedTensorMeter(model, self.rules, block=self.block)
+            self._forward_backward(model, trainable, ids, mask)
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if rules is not None:
-                rules.finish()
-        snapshot = tracker.get_tracker_snapshot("peak")
+            if self.rules is not None:
+                self.rules.finish()
+
+    def _forward_backward(self, model, trainable: list, ids, mask) -> None:
+        import torch
+
+        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
+        from tunebench.planning.cuda_semantics import applied
+
+        shape, rules = self.shape, self.rules
+        grad_hooks = []
+        if rules is not None:
+            rules.count_existing_grads(trainable)
+            grad_hooks = [p.register_post_accumulate_grad_hook(rules.grad_hook) for p in trainable]
+        # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
+        # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
+        attention = gpu_attention(self.gpu_arch, self.chosen) if self.gpu_arch else cpu_attention(self.chosen)
+        # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
+        attention_backward = gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
+        # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
+        with autocast, self.meter.hooks(), attention, applied(bool(self.gpu_arch)):
+            # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
+            # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
+            # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
+            loss = _loss(model, ids, mask) / shape.grad_accum
+        if rules is not None:
+            rules.backward_open = True
+        with attention_backward:
+            loss.backward()
+        del loss
+        if rules is not None:
+            rules.end_backward()
+        self.meter.remove()
+        for handle in grad_hooks:
+            handle.remove()
+
+
+def _categories(snapshot: dict, optimizer, rules, block: int) -> dict:
+    """The tracker's peak as the scanner's categories (the scanner's own split of it on a CUDA target)."""
     device = next(iter(snapshot))
     peak = {getattr(k, "value", str(k)): int(v) for k, v in snapshot[device].items()}
     out = {name: sum(peak.get(r, 0) for r in refs) for name, refs in CATEGORIES.items()}
@@ -221,14 +271,6 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         named = out["params"] + out["buffers"] + out["optimizer"]
         out["activations"], out["grads"] = activations, grads
         out["temporaries"] = max(0, out["peak"] - named - activations - grads)
-    out["activations_max"] = meter.max  # the CPU scanner's `activations`: the step's maximum
-    out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
-    # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
-    # it. The scanner counts it in params, and so does the prediction, with the part shown on its own.
-    out["quant_state"] = quant_state_bytes(model, block) if shape.quantization is not None else 0
-    out["params"] += out["quant_state"]
-    out["peak"] += out["quant_state"]
-    out["attention"] = summary(chosen)
     return out
 
 

@@ -129,8 +129,7 @@ def plan_table(experiments: list[ExperimentSpec], predictions: dict[str, dict[st
     for e in experiments:
         p = predictions.get(e.experiment_id, {})
         rows.append({"scenario": e.scenario, "framework": e.framework_config.name, "model": e.model_name_or_path,
-                     "gpus": e.num_gpus, "bs×ga": f"{e.arguments.get('per_device_train_batch_size')}×"
-                     f"{e.arguments.get('gradient_accumulation_steps')}",
+                     "gpus": e.num_gpus, "bs×ga": f"{e.micro_batch}×{e.grad_accum}",
                      **{f"{c} GiB": _gib(p, f"pred_mem_{c}") for c in ("params", "grads", "optimizer",
                                                                         "activations", "temporaries", "peak")},
                      "bound GiB": _gib(p, "pred_mem_peak_upper"), "reserved GiB": _gib(p, "pred_mem_reserved"),

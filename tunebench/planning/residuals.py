@@ -18,6 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tunebench.vocabulary import Status
+
 logger = logging.getLogger(__name__)
 
 RESIDUAL_FILE = Path(__file__).with_name("residuals.csv")
@@ -37,7 +39,7 @@ def residual_rows(summary, source: str):
     rows = []
     for record in summary.to_dict("records"):
         gpu = record.get("gpu_name")
-        if record.get("status") != "ok" or not isinstance(gpu, str) or not gpu:
+        if record.get("status") != Status.OK or not isinstance(gpu, str) or not gpu:
             continue
         errors = error_columns(record)
         for category in CATEGORIES:

@@ -11,50 +11,42 @@ metric (a measurement), environment (where it ran), bookkeeping (how it was meas
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
-from dataclasses import dataclass
 
 from tunebench.results import columns_environment as environment
+from tunebench.results.column_types import (  # noqa: F401 (the registry's vocabulary, read as columns.X)
+    ARGUMENT,
+    BOOKKEEPING,
+    ENVIRONMENT,
+    HIGHER,
+    IDENTITY,
+    LOWER,
+    METRIC,
+    OUTCOME,
+    S_ACCEL,
+    S_BOOK,
+    S_COMM,
+    S_ENV,
+    S_ID,
+    S_MEM,
+    S_OUT,
+    S_PRED,
+    S_RUN,
+    S_SCAN,
+    S_SIDE,
+    S_START,
+    S_STEADY,
+    SECTIONS,
+    TWO_SIDED,
+    Column,
+    _k,
+    _m,
+)
+from tunebench.results.columns_extra import KERNEL_COLUMNS, PROJECTION_COLUMNS, S_KERNEL, S_PROJ
+from tunebench.vocabulary import Direction
 
 logger = logging.getLogger(__name__)
-
-IDENTITY, ARGUMENT, OUTCOME, METRIC, ENVIRONMENT, BOOKKEEPING = (
-    "identity", "argument", "outcome", "metric", "environment", "bookkeeping")
-HIGHER, LOWER, TWO_SIDED = "higher", "lower", "two_sided"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str  # exact name, or a pattern with <placeholders> (e.g. scan_comm_<kind>_bytes)
-    kind: str
-    unit: str  # "s", "bytes", "MiB", "tokens/s", "fraction", "%", "J", "J/token", "FLOP", "count", "-"
-    meaning: str
-    section: str  # README table it is listed in
-    better: str | None = None  # metrics: higher, lower, two_sided; None = informational (never flagged)
-    family: str | None = None  # compare family (thresholds, noise floors); None for non-metrics
-
-    @property
-    def pattern(self) -> re.Pattern | None:
-        if "<" not in self.name:
-            return None
-        return re.compile("^" + re.sub(r"<[^>]+>", r"[A-Za-z0-9_]+?", self.name) + "$")
-
-
-def _m(name, unit, better, family, section, meaning):
-    return Column(name, METRIC, unit, meaning, section, better, family)
-
-
-def _k(name, kind, unit, section, meaning):
-    return Column(name, kind, unit, meaning, section)
-
-
-S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, S_BOOK = (
-    "Identity and configuration", "Outcome", "Steady-state throughput (the headline)",
-    "Acceleration: torch.compile and loss parity",
-    "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
-    "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
-SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_PRED, S_ENV, environment.SECTION, S_BOOK)
 
 REGISTRY: tuple[Column, ...] = (
     # ---------------------------------------------------------------- identity
@@ -68,7 +60,7 @@ REGISTRY: tuple[Column, ...] = (
     _k("per_device_train_batch_size", IDENTITY, "samples", S_ID, "micro-batch per device"),
     _k("gradient_accumulation_steps", IDENTITY, "count", S_ID, "micro-batches per optimizer step"),
     _k("max_seq_len", IDENTITY, "tokens", S_ID, "maximum tokens per sequence"),
-    _k("packing", IDENTITY, "-", S_ID, "packing on/off"),
+    _k("packing", IDENTITY, "bool", S_ID, "packing on/off"),
     _k("peft_method", IDENTITY, "-", S_ID, "`none`, `lora`, `prompt-tuning`"),
     _k("torch_dtype", IDENTITY, "-", S_ID, "dtype the weights are created in"),
     _k("quantization", IDENTITY, "-", S_ID,
@@ -255,6 +247,8 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_comm_<kind>_bytes", "bytes", LOWER, "memory", S_COMM, "per kind"),
     _m("scan_comm_<kind>_time", "s", LOWER, "phase", S_COMM, "per kind"),
     _k("scan_comm_<kind>_dtype", METRIC, "-", S_COMM, "per kind: dtypes seen"),
+    *(Column(n, kind, unit, meaning, S_KERNEL, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in KERNEL_COLUMNS),
     # ---------------------------------------------------------------- prediction
     _m("pred_mem_<category>", "bytes", None, "memory", S_PRED,
        "predicted per rank at the step's peak (`params`, `buffers`, `grads`, `optimizer`, `activations`, "
@@ -275,6 +269,8 @@ REGISTRY: tuple[Column, ...] = (
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     _k("pred_note", METRIC, "-", S_PRED,
        "why a `pred_error_*` is empty although both figures exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
+    *(Column(n, kind, unit, meaning, S_PROJ, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in PROJECTION_COLUMNS),
     # ---------------------------------------------------------------- environment
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),
@@ -316,9 +312,29 @@ _PATTERNS = [c for c in REGISTRY if c.pattern is not None]
 _RANK_SUFFIXES = ("_min", "_mean")
 
 
+@functools.lru_cache(maxsize=1)
+def plugin_columns() -> dict[str, Column]:
+    """The columns other packages' trackers declare (their `COLUMNS`), by name; a plugin that does not import
+    declares none (it is not run either)."""
+    from tunebench.telemetry.trackers import TRACKERS
+
+    found: dict[str, Column] = {}
+    for name in TRACKERS.names():
+        if name in TRACKERS.builtins:
+            continue
+        try:
+            declared = getattr(TRACKERS.load(name), "COLUMNS", ())
+        except Exception as exc:  # another package's bug: its columns stay undeclared, with a word why
+            logger.warning("tracker plugin %r not loaded: %s", name, exc)
+            continue
+        found.update({c.name: c for c in declared if isinstance(c, Column) and c.name not in _EXACT})
+    return found
+
+
 def lookup(name: str) -> Column | None:
-    """The declaration of a column, or None when it is not declared (an argument, or a new column)."""
-    column = _EXACT.get(name)
+    """The declaration of a column (here, or by a tracker plugin), or None when it is not declared (an argument,
+    or a new column)."""
+    column = _EXACT.get(name) or plugin_columns().get(name)
     if column is not None:
         return column
     for suffix in _RANK_SUFFIXES:
@@ -327,8 +343,15 @@ def lookup(name: str) -> Column | None:
             parent = lookup(base)
             if parent is not None:
                 return Column(name, parent.kind, parent.unit, f"{suffix[1:]} over ranks of `{base}`",
-                              parent.section, parent.better, parent.family)
+                              parent.section, parent.direction, parent.family)
     return next((c for c in _PATTERNS if c.pattern.match(name)), None)
+
+
+def text_columns() -> list[str]:
+    """Declared columns whose cells are words, whatever they look like: read back from a CSV as text (an id or a
+    git hash of digits keeps its leading zeros, a driver version stays a version, a scenario called 2024 a name)."""
+    return [c.name for c in REGISTRY if c.unit == "-" and c.pattern is None and c.kind in (IDENTITY, OUTCOME,
+                                                                                          ENVIRONMENT)]
 
 
 def kind_of(name: str) -> str:
@@ -343,9 +366,10 @@ def metric_family(name: str) -> str | None:
     return column.family if column is not None and column.kind == METRIC else None
 
 
-def better(name: str) -> str | None:
+def direction(name: str) -> Direction:
+    """Which way the column gets worse (IGNORE: informational, or not a declared metric)."""
     column = lookup(name)
-    return column.better if column is not None else None
+    return column.direction if column is not None else Direction.IGNORE
 
 
 def unit(name: str) -> str:
@@ -356,45 +380,3 @@ def unit(name: str) -> str:
 def undeclared(names, known_arguments: set[str]) -> list[str]:
     """Columns neither declared here nor a training argument: each needs a declaration before it ships."""
     return sorted(n for n in names if lookup(n) is None and n not in known_arguments)
-
-
-README_START, README_END = "<!-- columns:start (generated by python -m tunebench.results.columns) -->", "<!-- columns:end -->"
-
-
-def markdown() -> str:
-    """The README's column reference, one table per section, from the declarations above."""
-    parts = []
-    for section in SECTIONS:
-        declared = [c for c in REGISTRY if c.section == section]
-        parts += [f"#### {section}", "", "| column | kind | unit | better | meaning |", "| --- | --- | --- | --- | --- |"]
-        parts += [f"| `{c.name}` | {c.kind} | {c.unit} | {c.better or ''} | {c.meaning} |" for c in declared]
-        parts.append("")
-    parts.append("Every other column is a training argument (TrainingArguments, TRL SFTConfig or a tunebench entry "
-                 "option, README \"Arguments of the training entry\"), as resolved for the experiment. With several "
-                 "ranks, every `scan_mem_*` and `scan_time_*` column is the maximum over ranks, with `<column>_min` "
-                 "and `<column>_mean` beside it.")
-    return "\n".join(parts)
-
-
-def sync_readme(path, write: bool = False) -> bool:
-    """Whether the README's generated block is current; with `write`, make it so."""
-    from pathlib import Path
-
-    path = Path(path)
-    text = path.read_text()
-    start, end = text.index(README_START) + len(README_START), text.index(README_END)
-    current = text[start:end].strip("\n")
-    if current == markdown():
-        return True
-    if write:
-        path.write_text(text[:start] + "\n" + markdown() + "\n" + text[end:])
-    return False
-
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    print("README column tables are current" if sync_readme(readme, write=True) else f"rewrote the tables in {readme}")
-    sys.exit(0)

@@ -24,11 +24,11 @@ from tunebench.results.compare_result import CompareResult
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 from tunebench.results.samples import Runs, load_samples
 from tunebench.telemetry import environment_summary as steady_environment
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
-OK = "ok"
-SKIPPED = "skipped"
+OK, SKIPPED = Status.OK, Status.SKIPPED
 
 
 # ----------------------------------------------------------------------------------------------- judging

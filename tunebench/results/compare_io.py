@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tunebench.results import columns
+
 logger = logging.getLogger(__name__)
 
 
@@ -36,9 +38,9 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
         raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV or a "
                                 "results directory)")
     try:
-        # experiment_id is a hex hash: one that happens to be all digits must not become a number (and lose
-        # its leading zeros), or its step samples would not be found.
-        df = pd.read_csv(p, dtype={"experiment_id": str})
+        # Read back through the column registry's types: experiment_id is a hex hash, one that happens to be all
+        # digits must not become a number (and lose its leading zeros), or its step samples would not be found.
+        df = pd.read_csv(p, dtype=dict.fromkeys(columns.text_columns(), str))
     except pd.errors.EmptyDataError:
         raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:

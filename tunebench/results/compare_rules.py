@@ -37,14 +37,13 @@ import pandas as pd
 
 from tunebench.bounds import Range
 from tunebench.results import columns
+from tunebench.vocabulary import Direction, MetricFamily
 
 logger = logging.getLogger(__name__)
 
-LOWER_IS_WORSE = "lower_is_worse"
-HIGHER_IS_WORSE = "higher_is_worse"
-TWO_SIDED = "two_sided"
-IGNORE = "ignore"
-DIRECTIONS = (LOWER_IS_WORSE, HIGHER_IS_WORSE, TWO_SIDED, IGNORE)
+LOWER_IS_WORSE, HIGHER_IS_WORSE = Direction.LOWER_IS_WORSE, Direction.HIGHER_IS_WORSE
+TWO_SIDED, IGNORE = Direction.TWO_SIDED, Direction.IGNORE
+DIRECTIONS = Direction.values()
 
 MIB = 1024**2
 
@@ -53,36 +52,33 @@ MIB = 1024**2
 class MetricRule:
     """How one metric column is judged."""
 
-    family: str
-    direction: str
+    family: MetricFamily
+    direction: Direction
     threshold_pct: float
     min_abs: float = 0.0  # absolute changes at or below this are never flagged (units of the column)
     min_effect_pct: float | None = None  # judged with step samples: a significant change must also exceed this
 
 
-DEFAULT_RULES: dict[str, MetricRule] = {
-    "throughput": MetricRule("throughput", LOWER_IS_WORSE, 10.0, min_effect_pct=5.0),
-    "memory_mib": MetricRule("memory_mib", HIGHER_IS_WORSE, 10.0, min_abs=1.0),
-    "memory": MetricRule("memory", HIGHER_IS_WORSE, 10.0, min_abs=float(MIB)),
-    "time": MetricRule("time", HIGHER_IS_WORSE, 10.0, min_abs=1e-3, min_effect_pct=5.0),
-    "loss": MetricRule("loss", TWO_SIDED, 5.0),
-    "energy": MetricRule("energy", HIGHER_IS_WORSE, 15.0),
-    "utilization": MetricRule("utilization", IGNORE, 0.0),
-    "stability": MetricRule("stability", IGNORE, 0.0),
-    "count": MetricRule("count", IGNORE, 0.0),
-    "ratio": MetricRule("ratio", IGNORE, 0.0),
+DEFAULT_RULES: dict[MetricFamily, MetricRule] = {rule.family: rule for rule in (
+    MetricRule(MetricFamily.THROUGHPUT, LOWER_IS_WORSE, 10.0, min_effect_pct=5.0),
+    MetricRule(MetricFamily.MEMORY_MIB, HIGHER_IS_WORSE, 10.0, min_abs=1.0),
+    MetricRule(MetricFamily.MEMORY, HIGHER_IS_WORSE, 10.0, min_abs=float(MIB)),
+    MetricRule(MetricFamily.TIME, HIGHER_IS_WORSE, 10.0, min_abs=1e-3, min_effect_pct=5.0),
+    MetricRule(MetricFamily.LOSS, TWO_SIDED, 5.0),
+    MetricRule(MetricFamily.ENERGY, HIGHER_IS_WORSE, 15.0),
+    MetricRule(MetricFamily.UTILIZATION, IGNORE, 0.0),
+    MetricRule(MetricFamily.STABILITY, IGNORE, 0.0),
+    MetricRule(MetricFamily.COUNT, IGNORE, 0.0),
+    MetricRule(MetricFamily.RATIO, IGNORE, 0.0),
     # Informational unless asked for (--direction startup=higher_is_worse --threshold startup=20): each is one
     # noisy figure per run with no samples to test against. Start-up and wall times move 10-40 % between
     # identical runs on one H100 (the first experiment of a matrix pays CUDA's and the allocator's warm-up);
     # whole-run throughput includes that warm-up; the scanner's phase times are one step's. The steady
     # figures, which carry their samples, are the verdict (docs/compare.md).
-    "startup": MetricRule("startup", IGNORE, 20.0, min_abs=1e-3),
-    "whole_run": MetricRule("whole_run", IGNORE, 10.0),
-    "phase": MetricRule("phase", IGNORE, 10.0, min_abs=1e-3),
-}
-# The registry's better direction → the judge's direction (None: informational).
-_DIRECTION_OF_BETTER = {columns.HIGHER: LOWER_IS_WORSE, columns.LOWER: HIGHER_IS_WORSE,
-                        columns.TWO_SIDED: TWO_SIDED, None: IGNORE}
+    MetricRule(MetricFamily.STARTUP, IGNORE, 20.0, min_abs=1e-3),
+    MetricRule(MetricFamily.WHOLE_RUN, IGNORE, 10.0),
+    MetricRule(MetricFamily.PHASE, IGNORE, 10.0, min_abs=1e-3),
+)}
 
 DEFAULT_KEYS: tuple[str, ...] = (
     "scenario",
@@ -182,14 +178,14 @@ def rule_for(
         return None
     default = DEFAULT_RULES[family]
     # An informational family stays so whatever the column's better direction, until a --direction override.
-    direction = default.direction if default.direction == IGNORE else _DIRECTION_OF_BETTER[columns.better(column)]
+    direction = default.direction if default.direction == IGNORE else columns.direction(column)
     rule = replace(default, direction=direction)
     threshold = _override_for(column, family, thresholds or {})
     if threshold is not None:
         rule = replace(rule, threshold_pct=float(threshold))
     direction = _override_for(column, family, directions or {})
     if direction is not None:
-        rule = replace(rule, direction=str(direction))
+        rule = replace(rule, direction=Direction(direction))
     min_effect = _override_for(column, family, min_effects or {}) if rule.min_effect_pct is not None else None
     if min_effect is not None:
         rule = replace(rule, min_effect_pct=float(min_effect))

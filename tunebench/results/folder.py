@@ -32,14 +32,16 @@ RAW_SUMMARY = "raw_summary.csv"
 BENCHMARKS = "benchmarks.csv"
 PLAN = "plan.csv"
 FIT_MAP = "fit_map.csv"  # benchmark.py plan --fit_map
+PROJECTION = "projection.csv"  # benchmark.py plan --project_from
 # Top-level files and folders the harness and its subcommands write (the experiment folders aside).
-SUMMARY_FILES = (RAW_SUMMARY, BENCHMARKS, PLAN, FIT_MAP, "report.html", "pip-freeze.txt", "tune.csv", "tune-scenarios.yaml")
+SUMMARY_FILES = (RAW_SUMMARY, BENCHMARKS, PLAN, FIT_MAP, PROJECTION, "report.html", "pip-freeze.txt", "tune.csv",
+                 "tune-scenarios.yaml")
 SUMMARY_FOLDERS = ("compare",)
 OWN_TOP_LEVEL = {MARKER, LOCK_FILE, *SUMMARY_FILES, *SUMMARY_FOLDERS}
 # What the harness and the training entry write inside an experiment folder (globs), and the trees it owns.
 EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "stderr.log", "results.json",
-                    "steps.json", "scan*.json", "error_rank*.json", "nvidia_smi.csv", "nvidia_smi.csv.partial", "environment.json",
-                    ".*.tmp")
+                    "steps.json", "scan*.json", "kernels*.csv.gz", "error_rank*.json", "nvidia_smi.csv",
+                    "nvidia_smi.csv.partial", "environment.json", ".*.tmp")
 # nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
 EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
 _REPO = Path(__file__).resolve().parents[2]

@@ -23,6 +23,7 @@ import pandas as pd
 from tunebench.experiment.spec import BASELINE, SPEC_FILE
 from tunebench.readback import Unreadable, load_json
 from tunebench.results.folder import experiment_folders
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
     by_key = {(run.experiment_id, run.repeat): run for run in runs}
     frame = frame.copy()
     for index, row in frame.iterrows():
-        if row.get("status") != "ok":
+        if row.get("status") != Status.OK:
             continue
         repeat = int(row["repeat"]) if _finite(row.get("repeat")) else 1
         run = by_key.get((row["experiment_id"], repeat))

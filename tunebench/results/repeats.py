@@ -11,6 +11,8 @@ import logging
 
 import pandas as pd
 
+from tunebench.vocabulary import Status
+
 logger = logging.getLogger(__name__)
 
 REPEATED = ("steady_nonpad_tokens_per_second", "steady_step_time_median")
@@ -28,7 +30,7 @@ def repeat_columns(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "experiment_id" not in frame.columns or "repeat" not in frame.columns:
         return frame
     frame = frame.copy()
-    ok = frame["status"].eq("ok") if "status" in frame.columns else pd.Series(True, index=frame.index)
+    ok = frame["status"].eq(Status.OK) if "status" in frame.columns else pd.Series(True, index=frame.index)
     counts = frame[ok].groupby("experiment_id")["experiment_id"].transform("size")
     if counts.empty or counts.max() < 2:
         return frame

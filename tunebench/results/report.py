@@ -22,6 +22,7 @@ from tunebench.results import (
     report_comparison,
     report_fit_map,
     report_predictions,
+    report_projection,
     report_tune,
 )
 from tunebench.results import compare as cmp
@@ -30,6 +31,7 @@ from tunebench.results import report_warnings as warn
 from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
 from tunebench.results.report_html import CSS, img, omitted, table
 from tunebench.results.samples import load_samples
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ def _labels(df: pd.DataFrame) -> pd.Series:
 
 def _status(df: pd.DataFrame) -> pd.Series:
     if "status" not in df.columns:
-        return pd.Series("ok", index=df.index)
+        return pd.Series(Status.OK.value, index=df.index)
     return df["status"].map(rules.canonical).str.lower().replace("", "unknown")
 
 
@@ -133,7 +135,7 @@ def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> str:
 
 
 def _failures_table(df: pd.DataFrame) -> str:
-    failed = df[df["_status"] != "ok"]
+    failed = df[df["_status"] != Status.OK]
     if failed.empty:
         return "<p>No failed experiments.</p>"
     rows = []
@@ -150,7 +152,7 @@ def _failures_table(df: pd.DataFrame) -> str:
 def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
     """Padded and unpadded runs side by side: what padding costs, and which attention kernel each one got."""
     cols = [(c, h) for c, h in PADDING_COLUMNS if c in df.columns]
-    ok = df[df["_status"] == "ok"]
+    ok = df[df["_status"] == Status.OK]
     if "steady_padding_fraction" not in ok.columns or ok.empty:
         return omitted("no steady-state columns in this CSV")
     ok = ok.sort_values("steady_padding_fraction")
@@ -214,7 +216,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
     status_counts = df["_status"].value_counts()
     pills = " ".join(f'<span class="pill">{html.escape(s)}: {n}</span>' for s, n in status_counts.items())
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    ok = df[df["_status"] == "ok"]
+    ok = df[df["_status"] == Status.OK]
     body = [
         "<h1>tunebench report</h1>",
         f'<p class="meta">source: <code>{html.escape(source)}</code> · generated {now} · {len(df)} experiment rows '
@@ -241,6 +243,7 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "<h2>Memory: predicted before launch vs measured</h2>",
         report_predictions.section(df, df["_label"]),
         report_fit_map.section(source),  # a `plan --fit_map` beside the CSV: its batch × length map
+        report_projection.section(source),  # a `plan --project_from` beside the CSV: tokens/s by GPU kind
         "<h2>Failures</h2>",
         _failures_table(df),
         "<h2>Environment</h2>",

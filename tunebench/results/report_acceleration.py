@@ -9,6 +9,7 @@ import pandas as pd
 
 from tunebench.results import report_warnings as warn
 from tunebench.results.report_html import omitted, table
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
     needed = {"loss_parity_baseline", "experiment_id", "framework_config"}
     if not needed <= set(df.columns):
         return ""
-    ok = df[df["_status"] == "ok"]
+    ok = df[df["_status"] == Status.OK]
     by_id = ok.drop_duplicates("experiment_id").set_index("experiment_id")
     accelerated = ok[ok["loss_parity_baseline"].notna() & (ok["loss_parity_baseline"] != ok["experiment_id"])]
     if accelerated.empty:

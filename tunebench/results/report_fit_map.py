@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.results.folder import FIT_MAP
-from tunebench.results.report_html import table
+from tunebench.results.report_html import beside, table
 
 logger = logging.getLogger(__name__)
 
@@ -22,17 +22,10 @@ def _cell(value) -> str:
 def section(results_csv: str | Path) -> str:
     """'' without a fit map beside the CSV; else, per GPU, one row per model × framework config × PEFT × GPUs and
     one column per sequence length, each cell the largest micro-batch predicted to fit (– : no prediction)."""
-    path = Path(results_csv).parent / FIT_MAP
-    if not path.is_file():
-        return ""
-    try:
-        fits = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        return f'<p class="warn-summary">{FIT_MAP} could not be read: {html.escape(str(exc))}</p>'
-    needed = {"model_name_or_path", "framework_config", "peft_method", "max_seq_len", "num_gpus", "gpu",
-              "max_micro_batch"}
-    if not needed <= set(fits.columns):
-        return f'<p class="warn-summary">{FIT_MAP} lacks {", ".join(sorted(needed - set(fits.columns)))}.</p>'
+    fits, why = beside(results_csv, FIT_MAP, {"model_name_or_path", "framework_config", "peft_method",
+                                               "max_seq_len", "num_gpus", "gpu", "max_micro_batch"})
+    if fits is None:
+        return why
     parts = ["<h2>Largest micro-batch that fits (plan --fit_map)</h2>",
              "<p>Each cell is the largest micro-batch whose predicted reserved memory (the calibrated bound of the "
              "peak plus the allocator's slack) fits the GPU, by sequence length.</p>"]

@@ -70,3 +70,21 @@ def table(headers: list[str], rows: list[list[object]], numeric: set[int] = froz
 
 def omitted(reason: str) -> str:
     return f'<p class="omitted">Omitted: {html.escape(reason)}</p>'
+
+
+def beside(results_csv, name: str, needed: set[str]):
+    """(the CSV `name` next to the results CSV, '') or (None, why not: '' when absent, else a warning line)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(results_csv).parent / name
+    if not path.is_file():
+        return None, ""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        return None, f'<p class="warn-summary">{name} could not be read: {html.escape(str(exc))}</p>'
+    if not needed <= set(frame.columns):
+        return None, f'<p class="warn-summary">{name} lacks {", ".join(sorted(needed - set(frame.columns)))}.</p>'
+    return frame, ""

@@ -12,7 +12,7 @@ from tunebench.results.report_html import warn_mark
 
 logger = logging.getLogger(__name__)
 
-TUNE_TABLE = "tune.csv"  # written by tunebench.tune.output (a layer above: the name is repeated, not imported)
+TUNE_TABLE = "tune.csv"  # written by tunebench.tuning.output (a layer above: the name is repeated, not imported)
 
 
 def _cell(row: pd.Series, column: str) -> str:

@@ -26,6 +26,7 @@ from tunebench.fileio import write_atomic
 from tunebench.readback import Unreadable, load_experiment_file, load_json
 from tunebench.results.compare_io import CompareInputError, load_csv
 from tunebench.results.folder import RAW_SUMMARY, experiment_folders
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def write_reference(results_dirs: list[str | os.PathLike], csv_out: str | os.Pat
                                     "the benchmark (their experiment folders hold the step times)")
         frame = load_csv(directory / RAW_SUMMARY, "results")
         if "status" in frame.columns:
-            frame = frame[frame["status"].astype(str).str.strip().str.lower() == "ok"]
+            frame = frame[frame["status"].astype(str).str.strip().str.lower() == Status.OK]
         if "experiment_id" not in frame.columns:
             raise CompareInputError(f"--results {directory / RAW_SUMMARY}: no experiment_id column")
         found, _ = folder_runs(directory)

@@ -21,6 +21,7 @@ from tunebench.results.folder import (
 )
 from tunebench.results.loss_parity import parity_columns
 from tunebench.results.repeats import repeat_columns
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def _incomplete_row(folder: Path, reason: str | None = None) -> dict[str, Any] |
     message = f"{reason}; it runs again on resume" if reason else \
         "no results.json: the run was stopped before this experiment finished (the harness was killed); it runs " \
         "again on resume"
-    return {**flatten_arguments(arguments), **identity, "status": "error", "error_messages": message}
+    return {**flatten_arguments(arguments), **identity, "status": Status.ERROR, "error_messages": message}
 
 
 def _damaged_row(folder: Path, reason: str) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def _damaged_row(folder: Path, reason: str) -> dict[str, Any]:
     scenario, _, experiment_id = REPEAT_SUFFIX.sub("", folder.name).rpartition("_")
     repeat = REPEAT_SUFFIX.search(folder.name)
     return {"experiment_id": experiment_id, "scenario": scenario, "repeat": int(repeat.group(0)[2:]) if repeat else 1,
-            "status": "error", "error_messages": f"{reason} (fix: remove that folder to run the experiment "
+            "status": Status.ERROR, "error_messages": f"{reason} (fix: remove that folder to run the experiment "
                                                  "again)"}
 
 

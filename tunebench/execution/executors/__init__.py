@@ -1,36 +1,48 @@
 """Executors run the planned experiments of a matrix and hand back their rows: `local` (this machine, side by
-side on disjoint GPU/slot sets), `ray` (tasks on a Ray cluster) and `slurm` (a submitit job each). Adding one is
-adding a module here. A cluster executor also has `check(options, experiments)`: the CLI calls it before anything
-runs, and what it finds wrong is an InputError (exit 2)."""
+side on disjoint GPU/slot sets), `ray` (tasks on a Ray cluster) and `slurm` (a submitit job each), chosen by name
+from EXECUTORS. Another executor is one module plus one registry line here, or an entry point of another package
+(group `tunebench.executors`, tunebench.plugins).
+
+An executor class has `name`, `Settings` (a dataclass of its own options, each field's command-line face in its
+metadata: tunebench.plugins.cli_option), `missing()` (why it cannot run here: an extra not installed, else None),
+`run(experiments, options, finished, progress)`, `concurrency(options)` (experiments it may run at once, for the
+progress estimate) and, for a cluster, `check(options, experiments)`: the CLI calls it before anything runs, and
+what it finds wrong is an InputError (exit 2)."""
 
 from __future__ import annotations
 
-from tunebench.errors import InputError, InputProblem
+import logging
+from typing import Any
 
-EXECUTORS = ("local", "ray", "slurm")
+from tunebench.errors import InputError, InputProblem
+from tunebench.plugins import Registry, UnknownPlugin
+from tunebench.vocabulary import Executor
+
+logger = logging.getLogger(__name__)
+
+EXECUTORS = Registry("executor", "tunebench.executors", {
+    Executor.LOCAL: "tunebench.execution.executors.local:LocalExecutor",
+    Executor.RAY: "tunebench.execution.executors.ray:RayExecutor",
+    Executor.SLURM: "tunebench.execution.executors.slurm:SlurmExecutor",
+})
+
+
+def executor_class(name: str) -> Any:
+    """The executor class called `name`; InputError (exit 2) naming the executors there are when it is unknown."""
+    try:
+        return EXECUTORS.load(name)
+    except UnknownPlugin as exc:
+        raise InputError([InputProblem("command line", "--executor", str(exc),
+                                       f"use one of: {', '.join(EXECUTORS.names())}")]) from None
 
 
 def make_executor(name: str):
     """The executor called `name`; InputError (exit 2) when it is unknown or its extra is not installed."""
-    if name == "local":
-        from tunebench.execution.executors.local import LocalExecutor
-
-        return LocalExecutor()
-    if name == "ray":
-        from tunebench.execution.executors.ray import RayExecutor, ray_missing
-
-        missing = ray_missing()
-        if missing:
-            raise InputError([InputProblem("command line", "--executor ray", missing,
-                                           "from the tunebench clone: pip install -e '.[ray]' (or pip install ray)")])
-        return RayExecutor()
-    if name == "slurm":
-        from tunebench.execution.executors.slurm import SlurmExecutor, submitit_missing
-
-        missing = submitit_missing()
-        if missing:
-            raise InputError([InputProblem("command line", "--executor slurm", missing,
-                                           "from the tunebench clone: pip install -e '.[slurm]' (or pip install submitit)")])
-        return SlurmExecutor()
-    raise InputError([InputProblem("command line", "--executor", f"unknown executor {name!r}",
-                                   f"use one of: {', '.join(EXECUTORS)}")])
+    cls = executor_class(name)
+    missing = cls.missing() if hasattr(cls, "missing") else None
+    if missing:
+        extra, package = getattr(cls, "extra", None), getattr(cls, "requirement", None)
+        fix = (f"from the tunebench clone: pip install -e '.[{extra}]' (or pip install {package})" if extra else
+               f"install what the {name} executor needs")
+        raise InputError([InputProblem("command line", f"--executor {name}", missing, fix)])
+    return cls()

@@ -12,34 +12,56 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tunebench.execution import processes
+from tunebench.bounds import Range
 from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one
+from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlaps
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.plugins import cli_option
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LocalSettings:
+    """The local executor's options."""
+
+    max_concurrent: int = field(default=1, metadata=cli_option(
+        "--max_concurrent", "local executor: up to N experiments at once on disjoint GPU sets (CPU: process slots)",
+        Range(1, 4096), type=int, metavar="N"))
+
+
 class LocalExecutor:
     name = "local"
+    Settings = LocalSettings
+
+    @staticmethod
+    def missing() -> str | None:
+        return None
+
+    @staticmethod
+    def concurrency(options: RunOptions) -> int:
+        return options.settings_of(LocalSettings).max_concurrent
 
     def run(self, experiments: list[ExperimentSpec], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         cuda = experiments[0].device_type == "cuda"
         slots = list(options.available_gpus) if cuda else list(range(cpu_slots(options)))
         jobs = [Job(i, e.num_gpus, exclusive=options.exclusive_timing or e.exclusive) for i, e in enumerate(experiments)]
-        scheduler = Scheduler(jobs, SlotPool(slots), options.max_concurrent)
-        if not cuda and options.max_concurrent > 1 and "OMP_NUM_THREADS" not in options.extra_env:
+        max_concurrent = self.concurrency(options)
+        scheduler = Scheduler(jobs, SlotPool(slots), max_concurrent)
+        if not cuda and max_concurrent > 1 and "OMP_NUM_THREADS" not in options.extra_env:
             # Side by side on CPU, every process's intra-op thread pool sized for the whole machine would
             # oversubscribe the cores many times over (spin-waiting threads): one slot, its share of cores.
             share = max(1, (os.cpu_count() or 1) // len(slots))
             options = replace(options, extra_env={**options.extra_env, "OMP_NUM_THREADS": str(share)})
         preload_seconds = self._warm_preload(experiments, options)
         intervals: dict[int, tuple[float, float | None]] = {}
-        pool = ThreadPoolExecutor(max_workers=options.max_concurrent, thread_name_prefix="experiment")
+        pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="experiment")
         running: dict[Any, int] = {}
 
         def record(future, key: int) -> None:
@@ -68,7 +90,7 @@ class LocalExecutor:
             # Ctrl-C, or SIGTERM/SIGHUP turned into an exception by the CLI: the worker threads are blocked
             # in their experiments' waits, so the driver ends every running group itself; each worker then
             # returns its experiment's row as interrupted (experiment_run.run_one), which is recorded here.
-            stopped = processes.stop_all(reason=processes.stop_description(exc))
+            stopped = options.session.stop_all(reason=stop_description(exc))
             logger.warning("stopping: %d running experiment(s) killed", stopped)
             pool.shutdown(wait=True, cancel_futures=True)
             for future, key in running.items():
@@ -82,10 +104,10 @@ class LocalExecutor:
         """Start the preload server once (its imports), when some experiment will be forked from it."""
         if not options.preload or not any(e.num_gpus == 1 for e in experiments):
             return None
-        from tunebench.execution import preload
-
-        seconds = preload.warm()
-        logger.info("preload server ready in %.1f s (torch, transformers, TRL imported once for the matrix)", seconds)
+        started = options.session.preload.warm_seconds is not None
+        seconds = options.session.preload.warm()
+        if not started:
+            logger.info("preload server ready in %.1f s (torch, transformers, TRL imported once for the run)", seconds)
         return seconds
 
     @staticmethod
@@ -94,4 +116,4 @@ class LocalExecutor:
             return future.result()
         except Exception as exc:  # a harness bug must cost one row, not the matrix
             logger.exception("experiment %s failed in the harness", experiment.folder_name)
-            return {**base_row(experiment, options), "status": "error", "error_messages": f"harness error: {exc!r}"}
+            return {**base_row(experiment, options), "status": Status.ERROR, "error_messages": f"harness error: {exc!r}"}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.execution.experiment_run import node_folder
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,14 @@ class NodeOutcome:
     where: str = ""  # the node's address
 
     def ok(self) -> bool:
-        return self.failure is None and self.row is not None and self.row.get("status") in ("ok", "dry_run")
+        return self.failure is None and self.row is not None and self.row.get("status") in (Status.OK, Status.DRY_RUN)
 
     def severity(self) -> int:
         if self.cancelled:
             return _CANCELLED
         if self.failure is not None:
             return _DIED
-        return _OOM if self.row.get("status") == "oom" else _FAILED
+        return _OOM if self.row.get("status") == Status.OOM else _FAILED
 
 
 def merge_node_rows(base: dict[str, Any], outcomes: list[NodeOutcome]) -> dict[str, Any]:
@@ -94,7 +95,7 @@ def merge_node_rows(base: dict[str, Any], outcomes: list[NodeOutcome]) -> dict[s
     # Stable: among equally severe causes, the node that ended first (the others then lost their peer).
     cause = min(failed, key=lambda o: o.severity()) if failed else None
     if cause is None:  # no node ended at all (stopped before any returned)
-        return {**row, "status": "error", "error_messages": "no node of this experiment returned"}
+        return {**row, "status": Status.ERROR, "error_messages": "no node of this experiment returned"}
     where = f"node {cause.node_rank}" + (f" ({cause.where})" if cause.where else "")
     if cause.failure is not None:
         status, message = cause.failure_status, cause.failure

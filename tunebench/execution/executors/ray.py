@@ -27,6 +27,7 @@ from typing import Any
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors.nodes import no_layout_reason, node_layout
+from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.executors.ray_spanning import SpanningRun
 from tunebench.execution.executors.ray_tasks import run_task, unpack
 from tunebench.execution.experiment_run import RunOptions, base_row
@@ -34,6 +35,7 @@ from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import overlaps
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.results.summaries import write_row
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,16 @@ def use_token_if_available() -> None:
 
 class RayExecutor:
     name = "ray"
+    Settings = RaySettings
+    extra = requirement = "ray"
+
+    @staticmethod
+    def missing() -> str | None:
+        return ray_missing()
+
+    @staticmethod
+    def concurrency(options: RunOptions) -> int:
+        return 1  # Ray queues the tasks: how many run at once is the cluster's to decide
 
     def connect(self, address: str | None, timeout: float) -> None:
         """Join the cluster at `address` (or start a local Ray when None) now. An unreachable cluster is an
@@ -115,85 +127,29 @@ class RayExecutor:
 
     def check(self, options: RunOptions, experiments: list[ExperimentSpec]) -> None:
         """Before anything runs (cli.plan): the cluster must answer (an InputError otherwise)."""
-        self.connect(options.ray_address, options.ray_connect_timeout)
+        settings = options.settings_of(RaySettings)
+        self.connect(settings.address, settings.connect_timeout)
 
     def run(self, experiments: list[ExperimentSpec], options: RunOptions,
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         import ray
 
-        self.connect(options.ray_address, options.ray_connect_timeout)
-        capacities = _node_capacities(ray.nodes())
-        remote = ray.remote(max_retries=0)(run_task)
-        pending: dict[Any, int] = {}
-        spans: dict[int, SpanningRun] = {}  # experiments spanning nodes, by index
-        span_refs: dict[Any, int] = {}
-        intervals: dict[int, tuple[float, float | None]] = {}
-        rows: dict[int, dict[str, Any]] = {}
+        settings = options.settings_of(RaySettings)
+        self.connect(settings.address, settings.connect_timeout)
+        tasks = _Tasks(self.name, experiments, options, finished, progress)
         try:
-            # Largest first, as the local scheduler does: the wide experiments are the hard ones to place late.
-            for index in sorted(range(len(experiments)), key=lambda i: -experiments[i].num_gpus):
-                experiment = experiments[index]
-                kind = "GPU" if experiment.device_type == "cuda" else "CPU"
-                if experiment.num_gpus <= max(capacities[kind], default=0):
-                    resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
-                                 else {"num_cpus": experiment.num_gpus})
-                    pending[remote.options(**resources).remote(experiment, options)] = index
-                    progress.submitted(index, "Ray")  # queued in Ray until its resources free up: not known to run
-                    continue
-                shape = node_layout(experiment.num_gpus, capacities[kind])
-                if shape is None:
-                    reason = no_layout_reason(experiment.num_gpus, kind, capacities[kind], "the Ray cluster")
-                    finished(index, {**base_row(experiment, options), "status": "skipped", "error_messages": reason,
-                                     "executor": self.name})
-                    continue
-                spans[index] = SpanningRun(experiment, options, shape, {**base_row(experiment, options),
-                                                                        "executor": self.name})
-                span_refs.update({ref: index for ref in spans[index].start()})
-                progress.submitted(index, f"Ray, {shape.describe(kind)}")  # placed when its nodes free up
-            while pending or span_refs:
-                ready, _ = ray.wait([*pending, *span_refs], num_returns=1, timeout=0.5)
-                for ref in ready:
-                    if ref in pending:
-                        index = pending.pop(ref)
-                        rows[index] = self._collect(ref, experiments[index], options, intervals, index)
-                        finished(index, rows[index])
-                        continue
-                    index = span_refs.pop(ref)
-                    run = spans[index]
-                    span_refs.update({new: index for new in run.advance(ref)})
-                    if run.row is not None:
-                        run.close()
-                        for stale in [r for r, i in span_refs.items() if i == index]:
-                            del span_refs[stale]
-                        rows[index] = dict(run.row)
-                        if run.interval():  # node 0 returned: when the experiment ran is known
-                            intervals[index] = run.interval()
-                            rows[index]["concurrent_experiments"] = overlaps(intervals, index)
-                        finished(index, rows[index])
-                for run in spans.values():
-                    run.tick()
-            # A task's start is known only when it returns: count the overlaps again with every interval known.
-            for index in intervals:
-                if rows[index].get("concurrent_experiments") != overlaps(intervals, index):
-                    rows[index]["concurrent_experiments"] = overlaps(intervals, index)
-                    finished(index, rows[index])
+            tasks.submit(_node_capacities(ray.nodes()))
+            tasks.wait(self._collect)
         except BaseException as exc:
-            reason = stop_description(exc)
-            for run in spans.values():
-                if run.row is None:
-                    run.cancel(force=True)
-            stopped = {*pending.values(), *(i for i, run in spans.items() if run.row is None)}
-            for ref in pending:
-                ray.cancel(ref, force=True)  # kills the worker; the experiment dies with it (PDEATHSIG)
-            for index in sorted(stopped):
-                self._interrupted(experiments[index], options, reason)
+            for index in tasks.cancel():
+                self._interrupted(experiments[index], options, stop_description(exc))
             raise
         finally:
-            for run in spans.values():
+            for run in tasks.spans.values():
                 run.close()  # the placement group goes, however the run ended
 
     def _interrupted(self, experiment: ExperimentSpec, options: RunOptions, reason: str) -> None:
-        row = {**base_row(experiment, options), "status": "error", "executor": self.name,
+        row = {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
                "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment "
                                  "ran on Ray (its task was cancelled); it runs again on resume"}
         folder = options.output_dir / experiment.folder_name
@@ -211,7 +167,7 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:  # node died, worker crashed, task failed in the harness
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             logger.warning("%s: Ray task failed: %s", experiment.folder_name, reason)
-            return {**base_row(experiment, options), "status": "error", "executor": self.name,
+            return {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
                     "error_messages": f"ray: {type(exc).__name__}: {reason}"}
         if archive is not None:
             shutil.rmtree(options.output_dir / experiment.folder_name, ignore_errors=True)
@@ -228,3 +184,90 @@ def _node_capacities(nodes: list[dict]) -> dict[str, list[float]]:
     alive = [n["Resources"] for n in nodes if n.get("Alive")]
     return {"GPU": [r.get("GPU", 0) for r in alive if r.get("CPU", 0) >= 1],
             "CPU": [r.get("CPU", 0) for r in alive]}
+
+
+class _Tasks:
+    """The Ray tasks of one matrix: one per experiment that a node holds, a SpanningRun (a task per node) for one
+    wider than any node, and each row handed to `finished` when its task returns."""
+
+    def __init__(self, executor: str, experiments: list[ExperimentSpec], options: RunOptions,
+                 finished: Callable[[int, dict[str, Any]], None], progress):
+        self.executor, self.experiments, self.options = executor, experiments, options
+        self.finished, self.progress = finished, progress
+        self.pending: dict[Any, int] = {}
+        self.spans: dict[int, SpanningRun] = {}  # experiments spanning nodes, by index
+        self.span_refs: dict[Any, int] = {}
+        self.intervals: dict[int, tuple[float, float | None]] = {}
+        self.rows: dict[int, dict[str, Any]] = {}
+
+    def submit(self, capacities: dict[str, list[float]]) -> None:
+        import ray
+
+        remote = ray.remote(max_retries=0)(run_task)
+        # Largest first, as the local scheduler does: the wide experiments are the hard ones to place late.
+        for index in sorted(range(len(self.experiments)), key=lambda i: -self.experiments[i].num_gpus):
+            experiment, options = self.experiments[index], self.options
+            kind = "GPU" if experiment.device_type == "cuda" else "CPU"
+            if experiment.num_gpus <= max(capacities[kind], default=0):
+                resources = ({"num_gpus": experiment.num_gpus, "num_cpus": 1} if kind == "GPU"
+                             else {"num_cpus": experiment.num_gpus})
+                self.pending[remote.options(**resources).remote(experiment, options)] = index
+                self.progress.submitted(index, "Ray")  # queued in Ray until its resources free up: not known to run
+                continue
+            shape = node_layout(experiment.num_gpus, capacities[kind])
+            row = {**base_row(experiment, options), "executor": self.executor}
+            if shape is None:
+                reason = no_layout_reason(experiment.num_gpus, kind, capacities[kind], "the Ray cluster")
+                self.finished(index, {**row, "status": Status.SKIPPED, "error_messages": reason})
+                continue
+            self.spans[index] = SpanningRun(experiment, options, shape, row)
+            self.span_refs.update({ref: index for ref in self.spans[index].start()})
+            self.progress.submitted(index, f"Ray, {shape.describe(kind)}")  # placed when its nodes free up
+
+    def wait(self, collect) -> None:
+        """Until every task returned: rows as they come (`collect(ref, experiment, options, intervals, index)`)."""
+        import ray
+
+        while self.pending or self.span_refs:
+            ready, _ = ray.wait([*self.pending, *self.span_refs], num_returns=1, timeout=0.5)
+            for ref in ready:
+                if ref in self.pending:
+                    index = self.pending.pop(ref)
+                    self.rows[index] = collect(ref, self.experiments[index], self.options, self.intervals, index)
+                    self.finished(index, self.rows[index])
+                else:
+                    self._advance(ref)
+            for run in self.spans.values():
+                run.tick()
+        # A task's start is known only when it returns: count the overlaps again with every interval known.
+        for index in self.intervals:
+            if self.rows[index].get("concurrent_experiments") != overlaps(self.intervals, index):
+                self.rows[index]["concurrent_experiments"] = overlaps(self.intervals, index)
+                self.finished(index, self.rows[index])
+
+    def _advance(self, ref) -> None:
+        index = self.span_refs.pop(ref)
+        run = self.spans[index]
+        self.span_refs.update({new: index for new in run.advance(ref)})
+        if run.row is None:
+            return
+        run.close()
+        for stale in [r for r, i in self.span_refs.items() if i == index]:
+            del self.span_refs[stale]
+        self.rows[index] = dict(run.row)
+        if run.interval():  # node 0 returned: when the experiment ran is known
+            self.intervals[index] = run.interval()
+            self.rows[index]["concurrent_experiments"] = overlaps(self.intervals, index)
+        self.finished(index, self.rows[index])
+
+    def cancel(self) -> list[int]:
+        """Cancel every task still out; the indexes of the experiments they were running."""
+        import ray
+
+        for run in self.spans.values():
+            if run.row is None:
+                run.cancel(force=True)
+        stopped = {*self.pending.values(), *(i for i, run in self.spans.items() if run.row is None)}
+        for ref in self.pending:
+            ray.cancel(ref, force=True)  # kills the worker; the experiment dies with it (PDEATHSIG)
+        return sorted(stopped)

@@ -23,10 +23,12 @@ from tunebench.execution.executors.nodes import (
     gather_node_files,
     merge_node_rows,
 )
+from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.executors.ray_tasks import rendezvous_point, run_task, unpack
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.launchers.base import Rendezvous
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ class SpanningRun:
     def start(self) -> list:
         from ray.util.placement_group import placement_group
 
-        if self.options.ray_transfer == "shared":
+        if self.options.settings_of(RaySettings).transfer == "shared":
             clear_node_folders(self.folder)
         per = self.shape.per_node
         bundle = {"GPU": per, "CPU": 1} if self.cuda else {"CPU": per}
@@ -89,7 +91,7 @@ class SpanningRun:
                 return [probe.options(num_cpus=0, scheduling_strategy=self._bundle(0)).remote()]
             address, port = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            self.row = {**self.base, "status": "error",
+            self.row = {**self.base, "status": Status.ERROR,
                         "error_messages": f"ray: {self.stage} failed: {type(exc).__name__}: {_first_line(exc)}"}
             return []
         self.stage = "running"

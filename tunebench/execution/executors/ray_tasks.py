@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.experiment_run import RunOptions, run_one
 from tunebench.execution.launchers.base import free_port
 from tunebench.experiment.spec import ExperimentSpec
@@ -31,7 +32,7 @@ def run_task(experiment: ExperimentSpec, options: RunOptions) -> tuple[dict[str,
 
     started = time.time()
     gpu_ids = [int(g) for g in ray.get_gpu_ids()] if experiment.device_type == "cuda" else []
-    shared = options.ray_transfer == "shared"
+    shared = options.settings_of(RaySettings).transfer == "shared"
     scratch = None if shared else Path(tempfile.mkdtemp(prefix="tunebench-ray-"))
     node_options = replace(options, output_dir=options.output_dir if shared else scratch, preload=False)
     try:

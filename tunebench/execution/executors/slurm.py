@@ -14,14 +14,17 @@ import contextlib
 import logging
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tunebench.errors import InputError
+from tunebench.bounds import Range
+from tunebench.command_line import MAX_MINUTES
+from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors.nodes import (
     NodeOutcome,
     NodeShape,
@@ -37,7 +40,9 @@ from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, 
 from tunebench.execution.launchers.base import Rendezvous
 from tunebench.execution.processes import stop_description
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.plugins import cli_option
 from tunebench.results.summaries import write_row
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,44 @@ POLL_SECONDS = 1.0
 # step hung); the margin covers the job's start-up (imports, data) around the experiment itself.
 TIME_LIMIT_MARGIN_MINUTES = 10
 _PORT_BASE, _PORT_SPAN = 20000, 30000
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The Slurm executor's options."""
+
+    partition: str | None = field(default=None, metadata=cli_option(
+        "--slurm_partition", "Slurm partition of the jobs (default the cluster's default); one sinfo does not list → "
+        "exit 2", metavar="NAME"))
+    account: str | None = field(default=None, metadata=cli_option(
+        "--slurm_account", "Slurm account charged for the jobs", metavar="NAME"))
+    time_limit: int | None = field(default=None, metadata=cli_option(
+        "--slurm_time_limit", "each job's Slurm time limit in minutes (default `--timeout` + 10 min); a job reaching "
+        "it is a `timeout` row", Range(1, MAX_MINUTES), type=int, metavar="MIN"))
+    extra: dict[str, str] = field(default_factory=dict, metadata=cli_option(
+        "--slurm_extra", "further sbatch arguments, e.g. `--slurm_extra cpus-per-task=16 constraint=h100` "
+        "(repeatable)", read=lambda values, problems: sbatch_arguments(values, problems), nargs="+", action="extend",
+        metavar="KEY=VALUE"))
+    cluster: str = "slurm"  # submitit's cluster: slurm, or local (jobs on this machine: the tests' stand-in)
+
+
+_SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def sbatch_arguments(values: list[str] | None, problems: list[InputProblem]) -> dict[str, str]:
+    """`--slurm_extra KEY=VALUE ...` as sbatch's `--KEY=VALUE` lines: a key is a word (sbatch's own spelling),
+    a value is one line (it is written into the job script)."""
+    found: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not _SBATCH_KEY.fullmatch(key) or not value or any(c in value for c in "\r\n\0"):
+            problems.append(InputProblem("command line", "--slurm_extra", f"expected KEY=VALUE with an sbatch "
+                                         f"option name and a one-line value, got {item!r}",
+                                         "e.g. --slurm_extra cpus-per-task=16 constraint=h100"))
+            continue
+        found[key] = value
+    return found
 
 
 def submitit_missing() -> str | None:
@@ -66,8 +109,9 @@ def job_port(job_id: str) -> int:
 
 
 def time_limit_minutes(options: RunOptions, experiment: ExperimentSpec | None = None) -> float:
-    if options.slurm_time_limit is not None:
-        return options.slurm_time_limit
+    limit = options.settings_of(SlurmSettings).time_limit
+    if limit is not None:
+        return limit
     seconds = time_limit(experiment, options) if experiment is not None else options.timeout_seconds
     return math.ceil((seconds or 3600.0) / 60) + TIME_LIMIT_MARGIN_MINUTES
 
@@ -112,18 +156,30 @@ def _repo_importable():
 
 class SlurmExecutor:
     name = "slurm"
+    Settings = SlurmSettings
+    extra, requirement = "slurm", "submitit"
+
+    @staticmethod
+    def missing() -> str | None:
+        return submitit_missing()
+
+    @staticmethod
+    def concurrency(options: RunOptions) -> int:
+        return 1  # Slurm queues the jobs: how many run at once is the cluster's to decide
 
     def check(self, options: RunOptions, experiments: list[ExperimentSpec]) -> None:
         """Before anything runs (cli.plan): sbatch here, the partition, every experiment fits the nodes."""
-        problems = check_cluster(experiments, options.slurm_partition, options.slurm_cluster == "local",
-                                       cpu_slots(options), len(options.available_gpus))
+        settings = options.settings_of(SlurmSettings)
+        problems = check_cluster(experiments, settings.partition, settings.cluster == "local",
+                                 cpu_slots(options), len(options.available_gpus))
         if problems:
             raise InputError(problems)
 
     def _nodes(self, options: RunOptions) -> list[SlurmNode]:
-        if options.slurm_cluster == "local":
+        settings = options.settings_of(SlurmSettings)
+        if settings.cluster == "local":
             return local_nodes(cpu_slots(options), len(options.available_gpus))
-        return cluster_nodes(options.slurm_partition)
+        return cluster_nodes(settings.partition)
 
     def _executor(self, folder: Path, experiment: ExperimentSpec, shape: NodeShape, options: RunOptions):
         import submitit
@@ -132,7 +188,8 @@ class SlurmExecutor:
         signal_delay = max(2, min(90, int(limit * 60 / 4)))  # the job's warning before its time limit
         name = f"tunebench-{experiment.folder_name}"
         cuda = experiment.device_type == "cuda"
-        if options.slurm_cluster == "local":
+        settings = options.settings_of(SlurmSettings)
+        if settings.cluster == "local":
             executor = submitit.LocalExecutor(folder=folder)
             executor.update_parameters(timeout_min=limit, tasks_per_node=shape.nodes, signal_delay_s=signal_delay,
                                        gpus_per_node=shape.per_node if cuda else 0)
@@ -146,14 +203,14 @@ class SlurmExecutor:
             parameters["cpus_per_task"] = shape.per_node  # one process per CPU, as the local executor packs them
         if options.exclusive_timing or experiment.exclusive:  # timed alone: no other job on its nodes
             parameters["exclusive"] = True
-        if options.slurm_partition:
-            parameters["partition"] = options.slurm_partition
-        if options.slurm_account:
-            parameters["account"] = options.slurm_account
-        if options.slurm_extra:
+        if settings.partition:
+            parameters["partition"] = settings.partition
+        if settings.account:
+            parameters["account"] = settings.account
+        if settings.extra:
             # submitit writes `key_name` as `--key-name`; one spelling, so that a --slurm_extra value replaces
             # the one set here (cpus-per-task) instead of adding a second line that sbatch might read last.
-            parameters["additional_parameters"] = {k.replace("-", "_"): v for k, v in options.slurm_extra.items()}
+            parameters["additional_parameters"] = {k.replace("-", "_"): v for k, v in settings.extra.items()}
         executor.update_parameters(**parameters)
         return executor
 
@@ -169,7 +226,7 @@ class SlurmExecutor:
                     if shape is None:  # the cluster shrank since the check
                         reason = no_layout_reason(experiment.num_gpus, kind, capacities(
                             found, experiment.device_type), "the Slurm cluster")
-                        finished(index, {**base_row(experiment, options), "status": "skipped",
+                        finished(index, {**base_row(experiment, options), "status": Status.SKIPPED,
                                          "error_messages": reason, "executor": self.name})
                         continue
                     folder = options.output_dir / experiment.folder_name
@@ -180,7 +237,7 @@ class SlurmExecutor:
                             run_job, experiment, options)
                     except Exception as exc:  # sbatch refused it (account, a --slurm_extra value, limits)
                         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
-                        finished(index, {**base_row(experiment, options), "status": "error", "executor": self.name,
+                        finished(index, {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
                                          "error_messages": f"slurm: not submitted: {first}"})
                         continue
                     jobs[index] = (job, shape)
@@ -219,7 +276,7 @@ class SlurmExecutor:
         return row
 
     def _interrupted(self, experiment: ExperimentSpec, options: RunOptions, reason: str, job_id: str) -> None:
-        row = {**base_row(experiment, options), "status": "error", "executor": self.name,
+        row = {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
                "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment ran as "
                                  f"Slurm job {job_id} (the job was cancelled); it runs again on resume"}
         folder = options.output_dir / experiment.folder_name
@@ -238,4 +295,4 @@ def _job_failure(exc: BaseException, job) -> tuple[str, str]:
     except Exception:  # sacct unavailable: the message alone decides
         state = "UNKNOWN"
     timed_out = state.upper().startswith("TIMEOUT") or "DUE TO TIME LIMIT" in text or "timed-out" in text
-    return ("timeout" if timed_out else "error"), f"slurm: job {job.job_id} ({state}): {text[-1500:] or type(exc).__name__}"
+    return (Status.TIMEOUT if timed_out else Status.ERROR), f"slurm: job {job.job_id} ({state}): {text[-1500:] or type(exc).__name__}"

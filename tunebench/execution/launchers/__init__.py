@@ -1,35 +1,56 @@
-"""Launchers start an experiment's processes: one module each, one line in LAUNCHERS to add another.
+"""Launchers start an experiment's processes, chosen by name from LAUNCHERS: one module each plus one registry
+line here, or an entry point of another package (group `tunebench.launchers`, tunebench.plugins).
 
 `python` (a new interpreter), `forkserver` (forked from the preload server: the default for one process),
-`torchrun` (N ranks on CPU, gloo) and `accelerate` (N ranks on GPUs). `choose` picks one for an experiment; given
-a `Rendezvous` (an experiment spanning machines), torchrun and accelerate start this node's part of it.
+`torchrun` (N ranks on CPU, gloo) and `accelerate` (N ranks on GPUs). `choose` picks one for an experiment: the
+run's `--launcher` where it fits the experiment (a multi-process launcher for several processes, another for
+one), else the default for its shape; given a `Rendezvous` (an experiment spanning machines), torchrun and
+accelerate start this node's part of it.
 """
 
 from __future__ import annotations
 
 import logging
 
-from tunebench.execution.launchers.accelerate import AccelerateLauncher, AccelerateSettings
-from tunebench.execution.launchers.base import LaunchCommand, Launcher, Rendezvous, command_script
-from tunebench.execution.launchers.forkserver import ForkserverLauncher
-from tunebench.execution.launchers.python import PythonLauncher
-from tunebench.execution.launchers.torchrun import TorchrunLauncher, TorchrunSettings
+from tunebench.execution.launchers.base import (
+    LaunchCommand,
+    LaunchContext,
+    Launcher,
+    Rendezvous,
+    command_script,
+)
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.plugins import Registry
+from tunebench.vocabulary import Launcher as LauncherName
 
 logger = logging.getLogger(__name__)
 
-LAUNCHERS = {launcher.name: launcher for launcher in (PythonLauncher, ForkserverLauncher, TorchrunLauncher,
-                                                      AccelerateLauncher)}
+LAUNCHERS = Registry("launcher", "tunebench.launchers", {
+    LauncherName.PYTHON: "tunebench.execution.launchers.python:PythonLauncher",
+    LauncherName.FORKSERVER: "tunebench.execution.launchers.forkserver:ForkserverLauncher",
+    LauncherName.TORCHRUN: "tunebench.execution.launchers.torchrun:TorchrunLauncher",
+    LauncherName.ACCELERATE: "tunebench.execution.launchers.accelerate:AccelerateLauncher",
+})
 
-__all__ = ["LAUNCHERS", "LaunchCommand", "Launcher", "Rendezvous", "choose", "command_script"]
+__all__ = ["LAUNCHERS", "LaunchCommand", "LaunchContext", "Launcher", "Rendezvous", "choose", "command_script",
+           "default_launcher"]
 
 
-def choose(spec: ExperimentSpec, preload: bool, accelerate_config: str | None,
-           node: Rendezvous | None = None) -> Launcher:
-    """The launcher an experiment runs with: several processes need a launcher of ranks (this node's ranks when
-    it spans machines); one is forked from the preload server unless preloading is off."""
+def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | None = None) -> str:
+    """Several processes need a launcher of ranks (this node's ranks when the experiment spans machines): torchrun
+    on CPU, accelerate on GPUs; one process is forked from the preload server unless preloading is off."""
     if spec.num_gpus > 1 or node is not None:
-        if spec.device_type == "cpu":
-            return TorchrunLauncher(TorchrunSettings(node=node))
-        return AccelerateLauncher(AccelerateSettings(config_file=accelerate_config, node=node))
-    return ForkserverLauncher() if preload else PythonLauncher()
+        return LauncherName.TORCHRUN if spec.device_type == "cpu" else LauncherName.ACCELERATE
+    return LauncherName.FORKSERVER if preload else LauncherName.PYTHON
+
+
+def choose(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> Launcher:
+    """The launcher this experiment runs with under `options` (execution.experiment_run.RunOptions)."""
+    default = default_launcher(spec, options.preload, node)
+    name = default
+    if options.launcher and options.launcher != default:
+        wanted = LAUNCHERS.load(options.launcher)
+        several = spec.num_gpus > 1 or node is not None
+        name = options.launcher if bool(getattr(wanted, "multi_process", False)) == several else default
+    context = LaunchContext(options.accelerate_config_path, node, options.session.preload)
+    return LAUNCHERS.load(name).for_run(context)

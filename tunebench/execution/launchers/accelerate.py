@@ -15,6 +15,7 @@ from pathlib import Path
 from tunebench.execution.launchers.base import (
     ENTRY_MODULE,
     LaunchCommand,
+    LaunchContext,
     Rendezvous,
     entry_argv,
     environment,
@@ -34,6 +35,11 @@ class AccelerateSettings:
 
 class AccelerateLauncher(PythonLauncher):
     name = "accelerate"
+    multi_process = True
+
+    @classmethod
+    def for_run(cls, context: LaunchContext) -> AccelerateLauncher:
+        return cls(AccelerateSettings(config_file=context.accelerate_config, node=context.node))
 
     def __init__(self, settings: AccelerateSettings | None = None):
         self.settings = settings or AccelerateSettings()

@@ -9,7 +9,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.lifetime import LAUNCHED_GROUP_ENV
@@ -36,11 +36,25 @@ class LaunchCommand:
     entry_argv: list[str]  # the training entry's own arguments (`--spec <folder>/spec.json`)
 
 
+@dataclass(frozen=True)
+class LaunchContext:
+    """What a launcher is made from for one run: the accelerate config, this node's part of an experiment that
+    spans machines (None on one machine), and the run's preload server."""
+
+    accelerate_config: str | None = None
+    node: Rendezvous | None = None
+    preload: Any = None  # tunebench.execution.preload.PreloadServer
+
+
 class Launcher(Protocol):
     """Starts an experiment's processes. `command` builds the argv; `start` runs it (a Popen-like process whose
-    pid leads its own process group)."""
+    pid leads its own process group). `multi_process`: it starts the ranks of a multi-process experiment."""
 
     name: str
+    multi_process: bool
+
+    @classmethod
+    def for_run(cls, context: LaunchContext) -> Launcher: ...
 
     def command(self, spec: ExperimentSpec, spec_path: Path, gpu_ids: list[int],
                 extra_env: dict[str, str]) -> LaunchCommand: ...

@@ -10,7 +10,7 @@ import logging
 import subprocess
 from pathlib import Path
 
-from tunebench.execution.launchers.base import LaunchCommand
+from tunebench.execution.launchers.base import LaunchCommand, LaunchContext
 from tunebench.execution.launchers.python import PythonLauncher
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,17 @@ class PreloadedProcess:
 class ForkserverLauncher(PythonLauncher):
     name = "forkserver"
 
-    def start(self, command: LaunchCommand, stdout_path: Path, stderr_path: Path):
-        from tunebench.execution import preload
+    def __init__(self, server=None):
+        self.server = server  # the run's PreloadServer (tunebench.execution.preload)
 
-        return PreloadedProcess(preload.start(command.entry_argv, command.env, command.cwd, str(stdout_path),
-                                              str(stderr_path)))
+    @classmethod
+    def for_run(cls, context: LaunchContext) -> ForkserverLauncher:
+        return cls(context.preload)
+
+    def start(self, command: LaunchCommand, stdout_path: Path, stderr_path: Path):
+        if self.server is None:
+            from tunebench.execution.preload import PreloadServer
+
+            self.server = PreloadServer()
+        return PreloadedProcess(self.server.start(command.entry_argv, command.env, command.cwd, str(stdout_path),
+                                                  str(stderr_path)))

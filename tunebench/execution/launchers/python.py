@@ -7,7 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from tunebench.execution.launchers.base import LaunchCommand, entry_argv, environment, python_entry
+from tunebench.execution.launchers.base import (
+    LaunchCommand,
+    LaunchContext,
+    entry_argv,
+    environment,
+    python_entry,
+)
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.lifetime import preexec_dying_with_parent
 
@@ -16,6 +22,11 @@ logger = logging.getLogger(__name__)
 
 class PythonLauncher:
     name = "python"
+    multi_process = False  # starts one process: the experiment's only rank
+
+    @classmethod
+    def for_run(cls, context: LaunchContext) -> PythonLauncher:
+        return cls()
 
     def command(self, spec: ExperimentSpec, spec_path: Path, gpu_ids: list[int],
                 extra_env: dict[str, str]) -> LaunchCommand:

@@ -16,6 +16,7 @@ from pathlib import Path
 from tunebench.execution.launchers.base import (
     ENTRY_MODULE,
     LaunchCommand,
+    LaunchContext,
     Rendezvous,
     entry_argv,
     environment,
@@ -35,6 +36,11 @@ class TorchrunSettings:
 
 class TorchrunLauncher(PythonLauncher):
     name = "torchrun"
+    multi_process = True
+
+    @classmethod
+    def for_run(cls, context: LaunchContext) -> TorchrunLauncher:
+        return cls(TorchrunSettings(node=context.node))
 
     def __init__(self, settings: TorchrunSettings | None = None):
         self.settings = settings or TorchrunSettings()

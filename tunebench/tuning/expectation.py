@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from tunebench.tune.space import CATEGORICAL, Point
+from tunebench.tuning.space import CATEGORICAL, Point
 
 logger = logging.getLogger(__name__)
 

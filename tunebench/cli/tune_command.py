@@ -1,4 +1,5 @@
-"""`benchmark.py tune`'s command line: one typed TuneOptions, checked at the edge (exit 2 names the option)."""
+"""`benchmark.py tune`'s command line: argv → one typed TuneOptions, checked at the edge (exit 2 names the option),
+then tunebench.tune, then the summary. The search itself (tunebench.tuning) never sees an argv or a parser."""
 
 from __future__ import annotations
 
@@ -6,59 +7,17 @@ import argparse
 import logging
 import os
 import re
-from dataclasses import dataclass
+import sys
 
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.tune.option_checks import RANGES
+from tunebench.tuning.option_checks import RANGES
+from tunebench.tuning.options import OBJECTIVES, PEFT_CHOICES, TuneOptions
 
 logger = logging.getLogger(__name__)
 
-OBJECTIVES = {  # objective -> (the results column it is computed from, its unit)
-    "tokens_per_second": ("steady_nonpad_tokens_per_second", "tokens/s"),
-    "joules_per_token": ("steady_energy_joules_per_nonpad_token", "J/token"),
-    "cost": ("steady_nonpad_tokens_per_second", "$/Mtoken"),
-}
-PEFT_CHOICES = ("none", "lora", "any")
 FLAGS = ("grid",)  # options that take no value
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    """What to tune for and the space to search; the `*_choices` narrow the space (None: tune's default)."""
-
-    model: str
-    num_gpus: int = 1
-    effective_batch: int = 16
-    max_seq_len: int = 1024
-    peft: str = "any"
-    objective: str = "tokens_per_second"
-    gpu_hour_price: float | None = None
-    budget_minutes: float | None = None
-    results_output_path: str = "results-tune"
-    device: str = "auto"
-    plan_device: str | None = None
-    lora_ranks: tuple[int, ...] = (16,)
-    micro_batches: tuple[int, ...] | None = None
-    gradient_checkpointing: tuple[bool, ...] = (False, True)
-    packing: tuple[bool, ...] | None = None
-    optimizers: tuple[str, ...] = ("adamw_torch_fused", "adamw_torch")
-    torch_compile: tuple[bool, ...] | None = None
-    training_data_path: str = "synthetic"
-    synthetic_length_distribution: str = "fixed"
-    tolerance_pct: float = 5.0
-    confirm: int = 2
-    margin_pct: float = 2.0
-    timeout: float = 3600.0
-    defaults_config_path: str | None = None
-    framework_configs_path: str | None = None
-    log_level: str = "INFO"
-    grid: bool = False
-
-    @property
-    def minimise(self) -> bool:
-        return self.objective != "tokens_per_second"
 
 
 class _UsageError(Exception):
@@ -166,8 +125,9 @@ def extra_problem(argv: list[str], extras: list[str]) -> InputProblem:
 
 
 def parse(argv: list[str]) -> TuneOptions:
-    """TuneOptions from the command line; InputError with every problem found, each naming its option."""
-    from tunebench.tune.option_checks import log_level_problem, value_problems
+    """TuneOptions from the command line, checked as tunebench.tune checks them; InputError with every problem
+    found, each naming its option."""
+    from tunebench.tuning.option_checks import log_level_problem, value_problems
 
     try:
         ns, extras = build_parser().parse_known_args(argv)
@@ -175,7 +135,7 @@ def parse(argv: list[str]) -> TuneOptions:
         raise InputError([usage_problem(str(exc))]) from None
     if extras:
         raise InputError([extra_problem(list(argv), extras)])
-    problems = value_problems(ns)
+    problems: list[InputProblem] = []
     checkpointing = _bools(ns.gradient_checkpointing, "--gradient_checkpointing", problems)
     packing = _bools(ns.packing, "--packing", problems)
     compile_values = _bools(ns.torch_compile, "--torch_compile", problems)
@@ -183,18 +143,59 @@ def parse(argv: list[str]) -> TuneOptions:
     if log_level != ns.log_level:
         found = log_level_problem(log_level, "log_level (TUNEBENCH_LOG_LEVEL)")
         problems += [found] if found else []
-    if problems:
-        raise InputError(problems)
-    return TuneOptions(
+    options = TuneOptions(
         model=ns.model, num_gpus=ns.num_gpus, effective_batch=ns.effective_batch, max_seq_len=ns.max_seq_len,
         peft=ns.peft, objective=ns.objective, gpu_hour_price=ns.gpu_hour_price, budget_minutes=ns.budget_minutes,
         results_output_path=ns.results_output_path, device=ns.device, plan_device=ns.plan_device,
         lora_ranks=tuple(dict.fromkeys(ns.lora_ranks)),
         micro_batches=tuple(dict.fromkeys(ns.micro_batches)) if ns.micro_batches else None,
-        gradient_checkpointing=checkpointing, packing=packing, optimizers=tuple(dict.fromkeys(ns.optimizers)),
-        torch_compile=compile_values, training_data_path=ns.training_data_path,
-        synthetic_length_distribution=ns.synthetic_length_distribution, tolerance_pct=ns.tolerance_pct,
-        confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
+        gradient_checkpointing=checkpointing or (False, True), packing=packing,
+        optimizers=tuple(dict.fromkeys(ns.optimizers)), torch_compile=compile_values,
+        training_data_path=ns.training_data_path, synthetic_length_distribution=ns.synthetic_length_distribution,
+        tolerance_pct=ns.tolerance_pct, confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
         defaults_config_path=ns.defaults_config_path, framework_configs_path=ns.framework_configs_path,
-        log_level=log_level.upper(), grid=ns.grid,
+        log_level=log_level.upper() if not problems else "INFO", grid=ns.grid,
     )
+    # Every value checked at once, in the option's own words (lists as the user gave them, repeats and all).
+    problems = value_problems(ns) + problems
+    if problems:
+        raise InputError(problems)
+    return options
+
+
+def _input_error(exc: InputError) -> int:
+    """One line per problem, each naming the option (or the file and key) and the fix; exit 2."""
+    for problem in exc.problems:
+        print(f"tunebench tune: {problem}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tunebench.api.diagnosis import environment_line
+    from tunebench.execution.guard import HarnessStopped
+    from tunebench.execution.guardian import Guardian
+    from tunebench.tuning import output
+    from tunebench.tuning.command import tune
+
+    try:
+        options = parse(sys.argv[1:] if argv is None else argv)
+    except InputError as exc:
+        return _input_error(exc)
+    logging.basicConfig(level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        with Guardian():  # every process the search starts goes with the harness, however it is stopped
+            result = tune(options, checked=True)
+    except InputError as exc:
+        return _input_error(exc)
+    except HarnessStopped as exc:
+        print(f"stopped by {exc}: the CSVs hold every experiment on disk; run the same command to resume",
+              file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("interrupted: the CSVs hold every experiment on disk; run the same command to resume", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(environment_line(exc), file=sys.stderr)
+        return 2
+    print(output.summary(result.outcome, result.table, options, result.device_type == "cpu"))
+    return 0 if result.winner is not None else 1

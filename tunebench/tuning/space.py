@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.tune.options import TuneOptions
+from tunebench.tuning.options import TuneOptions
 
 logger = logging.getLogger(__name__)
 

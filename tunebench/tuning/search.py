@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunebench.tune import prune
-from tunebench.tune.expectation import expected, prior
-from tunebench.tune.failure_text import one_line
-from tunebench.tune.options import OBJECTIVES, TuneOptions
-from tunebench.tune.space import CATEGORICAL, Point
-from tunebench.tune.stages import CONFIRM, GRID, SCREEN, finite_number, noise
+from tunebench.tuning import prune
+from tunebench.tuning.expectation import expected, prior
+from tunebench.tuning.failure_text import one_line
+from tunebench.tuning.options import OBJECTIVES, TuneOptions
+from tunebench.tuning.space import CATEGORICAL, Point
+from tunebench.tuning.stages import CONFIRM, GRID, SCREEN, finite_number, noise
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Outcome:
 
 def score(row: dict[str, Any] | None, options: TuneOptions) -> float | None:
     """The row's objective as a log, higher better (None when the run measured nothing usable)."""
-    if not row or row.get("status") != "ok":
+    if not row or row.get("status") != Status.OK:
         return None
     value = finite_number(row.get(OBJECTIVES[options.objective][0]))
     if value is None or value <= 0:
@@ -128,7 +129,7 @@ class Search:
             setattr(s, stage, row)
             status = row.get("status")
             s.noise = noise(row, stage)
-            if status == "oom":
+            if status == Status.OOM:
                 s.state, s.reason = "oom", f"{stage} run out of memory" + (
                     f" (predicted: {s.reason})" if stage == GRID else "")
                 if stage == GRID:  # the reference grid runs everything; it teaches nothing to itself

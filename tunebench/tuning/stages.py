@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from tunebench.experiment.steady import SteadyPolicy
+from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def finite_number(value: Any) -> float | None:
 def noise(row: dict[str, Any] | None, stage: str) -> str:
     """'' when an ok run's figures are as steady as its stage asks; else why not, in one line: the run's own
     measurement warning, a step-time spread beyond the limit, or a 95 % interval wider than the stage's target."""
-    if not row or row.get("status") != "ok":
+    if not row or row.get("status") != Status.OK:
         return ""
     reasons = []
     warning = row.get("measurement_warning")

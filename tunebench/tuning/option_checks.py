@@ -44,7 +44,7 @@ def numeric_problems(ns) -> list[InputProblem]:
     problems = []
     for name, allowed in RANGES.items():
         value = getattr(ns, name)
-        values = value if isinstance(value, list) else [value]
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
         if len(values) > MAX_VALUES:
             problems.append(_problem(name, f"{len(values)} values (at most {MAX_VALUES})", "give fewer values"))
             continue

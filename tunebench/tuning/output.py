@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from tunebench.cli.options import REPO_ROOT
+from tunebench.api.matrix import REPO_ROOT
 from tunebench.fileio import write_atomic
-from tunebench.tune.options import OBJECTIVES, TuneOptions
-from tunebench.tune.runs import scenario_file
-from tunebench.tune.search import Outcome, PointState, gpu_seconds, objective_value, score
+from tunebench.tuning.options import OBJECTIVES, TuneOptions
+from tunebench.tuning.runs import scenario_file
+from tunebench.tuning.search import Outcome, PointState, gpu_seconds, objective_value, score
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,137 @@
+"""The GPU's own rates, measured where the evidence runs: bf16 matmul FLOP/s, copy and elementwise bandwidth.
+
+`python3 scripts/gpu/gpu_peaks.py OUT.json` (about 15 s on an H100). Each figure is the best of five timed
+repetitions after warm-up, on random data: an 8192³ bf16 matrix product (2·8192³ FLOP), a device-to-device copy
+of 2 GiB (bytes read + written), a bf16 add of two 1 GiB tensors into a third (3 GiB moved), and the duration of
+an empty kernel (a 1-element add) back to back; the GPU-side (CUPTI) duration of such a kernel; and the host's
+own speed: host time per launch of that kernel and per CPU op (20 000 calls each). The projection's GPU table
+cites these figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+
+
+def timed(fn, repeats: int = 5, inner: int = 10) -> float:
+    """Best mean seconds of one call over `repeats` CUDA-event timings of `inner` calls each (after warm-up)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3 / inner)
+    return best
+
+
+def matmul_seconds(n: int = 8192) -> float:
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return timed(lambda: a @ b)
+
+
+def copy_seconds() -> float:
+    src = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    dst = torch.empty_like(src)
+    return timed(lambda: dst.copy_(src))
+
+
+def add_seconds() -> float:
+    x, y = (torch.randn(2**29, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # 1 GiB each
+    out = torch.empty_like(x)
+    return timed(lambda: torch.add(x, y, out=out))
+
+
+def empty_kernel_seconds() -> float:
+    tiny = torch.zeros(1, device="cuda")
+    return timed(lambda: tiny.add_(1), inner=1000)
+
+
+def host_seconds_per_call(add_, calls: int = 20000) -> float:
+    """Host time per call of a tensor's `add_(1)` (a launch, or a CPU op): the host's own speed, which bounds
+    host-bound steps."""
+    import time
+
+    for _ in range(100):
+        add_(1)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        add_(1)
+    elapsed = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return elapsed / calls
+
+
+def tiny_kernel_gpu_us() -> float:
+    """Median duration the GPU itself reports (CUPTI, read from the chrome trace) for a 1-element add: a kernel's
+    fixed cost on this GPU."""
+    import tempfile
+
+    tiny = torch.zeros(1, device="cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(200):
+            tiny.add_(1)
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as handle:
+        prof.export_chrome_trace(handle.name)
+        events = json.load(open(handle.name))["traceEvents"]
+    durations = sorted(float(e["dur"]) for e in events if isinstance(e, dict) and e.get("cat") == "kernel")
+    return durations[len(durations) // 2] if durations else float("nan")
+
+
+def measure() -> dict:
+    n = 8192
+    figures = {
+        "bf16_matmul_tflops": lambda: 2 * n**3 / matmul_seconds(n) / 1e12,
+        "copy_tb_per_s": lambda: 2 * 2**31 / copy_seconds() / 1e12,
+        "elementwise_add_tb_per_s": lambda: 3 * 2**30 / add_seconds() / 1e12,
+        "empty_kernel_us": lambda: empty_kernel_seconds() * 1e6,
+        "tiny_kernel_gpu_us": tiny_kernel_gpu_us,
+        "host_launch_us": lambda: host_seconds_per_call(torch.zeros(1, device="cuda").add_) * 1e6,
+        "host_cpu_op_us": lambda: host_seconds_per_call(torch.zeros(1).add_) * 1e6,
+    }
+    result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                    "method": "best of 5 CUDA-event timings after 3 warm-ups, random data (scripts/gpu/gpu_peaks.py)"}
+    for name, figure in figures.items():
+        try:  # one failing figure must not lose the others
+            result[name] = figure()
+        except Exception as exc:
+            result[name] = None
+            result[f"{name}_error"] = repr(exc)[:300]
+        torch.cuda.empty_cache()
+    return result
+
+
+def smi() -> str:
+    query = "name,power.limit,clocks.max.sm,clocks.max.mem,memory.total,driver_version"
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv"], capture_output=True,
+                              text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi failed: {exc}"
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    result = measure() if torch.cuda.is_available() else {"note": "no CUDA device"}
+    result["nvidia_smi"] = smi()
+    with open(sys.argv[1], "w") as handle:
+        json.dump(result, handle, indent=2)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Projection onto another GPU kind: known answers on a synthetic profile, the measurement back on its own GPU,
+cost and energy, and the `plan --project_from` command."""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from projection_fixtures import (
+    H100,
+    PHASE_US,
+    PROFILE,
+    STEADY_US,
+    TOKENS,
+    kernel_rows,
+    make_results,
+    measured_row,
+)
+
+from tunebench.planning.projection.gpu_table import Gpu, load_table
+from tunebench.planning.projection.kernel_model import Rates, kernel_seconds, matmul_work
+from tunebench.planning.projection.project import project_one, project_rows
+from tunebench.planning.projection.step_model import Measured, project_step
+
+REPO = Path(__file__).resolve().parents[1]
+# A made-up target (given to the table by a user YAML below): half the matmul rate and twice the bandwidth of
+# the measured GPU, the same kernel floor.
+SRC = Gpu("src", (), {"bf16_tflops": 800.0, "memory_tb_per_s": 3.0, "kernel_floor_us": 2.0, "host_link_gb_per_s": 64})
+DST = Gpu("dst", (), {"bf16_tflops": 400.0, "memory_tb_per_s": 6.0, "kernel_floor_us": 2.0, "host_link_gb_per_s": 64,
+                      "power_w": 500.0})
+
+
+def row_of(cls, dur, op="", dims=""):
+    return {"class": cls, "dur_us": dur, "op": op, "op_dims": dims, "op_types": '["c10::BFloat16"]' if dims else ""}
+
+
+def test_each_kernel_scales_with_what_binds_it():
+    src, dst = Rates.of(SRC), Rates.of(DST)
+    us = 1e-6
+    # a square matmul is compute-bound: 2 µs fixed + 998 µs × (800/400)
+    assert kernel_seconds(row_of("gemm", 1000, *PROFILE[0][3:]), src, dst) == pytest.approx(1998 * us)
+    # LoRA's rank-16 product moves 67.5 MB for 1.07 GFLOP: bandwidth-bound, 2 + 40 × (3/6)
+    flops, moved = matmul_work("aten::mm", "[[8192,4096],[4096,16]]", '["c10::BFloat16","c10::BFloat16"]')
+    assert flops == 2 * 8192 * 4096 * 16 and moved == 2 * (8192 * 4096 + 4096 * 16 + 8192 * 16)
+    assert kernel_seconds(row_of("gemm", 42, *PROFILE[2][3:]), src, dst) == pytest.approx(22 * us)
+    assert kernel_seconds(row_of("elementwise", 502), src, dst) == pytest.approx(252 * us)
+    assert kernel_seconds(row_of("attention", 3002), src, dst) == pytest.approx(6002 * us)
+    assert kernel_seconds(row_of("transfer", 66), src, dst) == pytest.approx(66 * us)  # same host link
+    assert kernel_seconds(row_of("copy", 1.5), src, dst) == pytest.approx(1.5 * us)  # all fixed cost
+    # batched matmuls and addmm read their shapes past the bias
+    assert matmul_work("aten::bmm", "[[4,8,16],[4,16,32]]", '["float","float"]') == (2 * 4 * 8 * 16 * 32,
+                                                                                   4 * 4 * (8 * 16 + 16 * 32 + 8 * 32))
+    assert matmul_work("aten::addmm", "[[32],[8,16],[16,32]]", '["float","float","float"]')[0] == 2 * 8 * 16 * 32
+    assert matmul_work("aten::mm", "not json", "") is None and matmul_work("aten::add", "[[1]]", "") is None
+
+
+def test_the_synthetic_step_on_the_target_has_its_known_answer(tmp_path):
+    folder, _ = make_results(tmp_path / "r")
+    row = measured_row("x", kernel_rows())
+    yaml = tmp_path / "gpus.yaml"
+    yaml.write_text("gpus:\n  - name: dst\n    bf16_tflops: 400\n    memory_tb_per_s: 6.0\n    kernel_floor_us: 2\n"
+                    "    host_link_gb_per_s: 64\n    power_w: 500\n"
+                    f"  - name: {H100}\n    bf16_tflops: 800\n    memory_tb_per_s: 3.0\n")
+    frame = project_rows(pd.DataFrame([row]), "dst", str(yaml), str(tmp_path / "r"), gpu_hour_usd=2.0)
+    assert frame.loc[0, "proj_note"].startswith("roofline per kernel: scan_kernel_<phase>_<class>_time columns")
+    # per phase: host gap kept + kernels scaled (µs): forward 56 + (1998 + 252 + 22), backward 98 + 6002,
+    # optimizer 502, other 134 + 66; the steady median (5900) scaled by Σ projected ÷ Σ timed (5902)
+    expected_phases = {"forward": 56 + 2272, "backward": 98 + 6002, "clip": 0, "optimizer": 502, "other": 134 + 66}
+    scale = STEADY_US / sum(PHASE_US.values())
+    with_file = project_rows(pd.DataFrame([{**row, "experiment_id": _id(folder)}]), "dst", str(yaml),
+                             str(tmp_path / "r"), gpu_hour_usd=2.0).iloc[0]
+    assert with_file["proj_note"].startswith("roofline per kernel: 6 kernels of the scanned step")
+    step = sum(expected_phases.values()) * scale * 1e-6
+    assert with_file["proj_step_time"] == pytest.approx(step, rel=1e-12)
+    for phase, us in expected_phases.items():
+        assert with_file[f"proj_time_{phase}"] == pytest.approx(us * scale * 1e-6, rel=1e-12, abs=1e-15)
+    assert with_file["proj_steady_tokens_per_second"] == pytest.approx(TOKENS / step, rel=1e-12)
+    assert with_file["proj_host_gap_time"] == pytest.approx((56 + 98 + 134) * scale * 1e-6, rel=1e-12)
+    # cost: 2 USD an hour for TOKENS / step tokens a second; energy: 500 W for the same
+    assert with_file["proj_usd_per_million_tokens"] == pytest.approx(2.0 / 3600 / (TOKENS / step) * 1e6, rel=1e-12)
+    assert with_file["proj_joules_per_token"] == pytest.approx(500 * step / TOKENS, rel=1e-12)
+    # from the columns alone (no kernel file): by class, without shapes or fixed cost, the thin matmul and the
+    # elementwise kernel are the only differences: the square matmul and the LoRA product both × 2, no floors
+    by_class = frame.iloc[0]
+    forward = 56 + 1000 * 2 + 42 * 2 + 502 * 0.5
+    assert by_class["proj_time_forward"] == pytest.approx(forward * scale * 1e-6, rel=1e-12)
+
+
+def _id(folder):
+    return folder.name.rpartition("_")[2]
+
+
+@given(durations=st.lists(st.floats(0.1, 5000), min_size=6, max_size=6),
+       gaps=st.lists(st.floats(0, 500), min_size=5, max_size=5), steady=st.floats(0.5, 1.5))
+@settings(max_examples=60, deadline=None)
+def test_projection_onto_the_measured_gpu_returns_the_measurement(durations, gaps, steady):
+    """Any profile, any host gaps, any steady median: onto its own GPU the projection is the measurement (the
+    acceptance asks within 1 %; the model gives it exactly)."""
+    profile = tuple((p, c, d, op, dims) for (p, c, _, op, dims), d in zip(PROFILE, durations, strict=True))
+    rows = kernel_rows(profile)
+    busy = {p: sum(d for q, _, d, _, _ in profile if q == p) for p in PHASE_US}
+    phase_us = {p: busy[p] + g for p, g in zip(PHASE_US, gaps, strict=True)}
+    row = measured_row("x", rows, phase_us=phase_us, steady_us=sum(phase_us.values()) * steady)
+    table = load_table()
+    out = project_one(row, None, table, table.lookup(H100))
+    measured = row["steady_tokens_per_second"]
+    assert out["proj_steady_tokens_per_second"] == pytest.approx(measured, rel=1e-9)
+    assert abs(out["proj_steady_tokens_per_second"] / measured - 1) < 0.01
+
+
+def test_phase_whose_kernels_outlast_it_is_scaled_whole():
+    measured = Measured(1.0, 100, 100, {"forward": 0.5, "backward": 0.5}, {"forward": 0.6, "backward": 0.2})
+    out = project_step(measured, {"forward": (0.6, 0.3), "backward": (0.2, 0.4)})
+    assert out.phase_time["forward"] == pytest.approx(0.25)  # 0.5 × (0.3/0.6)
+    assert out.phase_time["backward"] == pytest.approx(0.3 + 0.4)  # gap 0.3 kept + busy 0.2 × 2
+    assert out.clamped == ("forward",) and out.step_time == pytest.approx(0.95)
+
+
+def test_rows_that_cannot_be_projected_say_why(tmp_path):
+    table = load_table()
+    target = table.lookup("NVIDIA H200")
+    cases = {
+        "not projected: status oom: nothing measured": {"status": "oom"},
+        "not projected: no kernel split (scan_kernel_*: no GPU kernels: the step ran on cpu)":
+            {"scan_kernel_busy_time": None, "scan_kernel_note": "no GPU kernels: the step ran on cpu"},
+        "not projected: the measured GPU 'Mystery GPU' is not in the GPU table (add it with --gpu_table)":
+            {"gpu_name": "Mystery GPU"},
+        "not projected: no steady step time (steady_step_time_median)": {"steady_step_time_median": math.nan},
+    }
+    for note, change in cases.items():
+        row = {**measured_row("x", kernel_rows()), **change}
+        assert project_one(row, None, table, target)["proj_note"] == note
+
+
+def test_plan_project_from_writes_projection_csv_and_bad_input_exits_2(tmp_path):
+    results = tmp_path / "measured"
+    folder, _ = make_results(results)
+    out = tmp_path / "out"
+    command = [sys.executable, str(REPO / "benchmark.py"), "plan", "--project_from", str(results),
+               "--results_output_path", str(out)]
+    done = subprocess.run([*command, "--plan_device", "NVIDIA H200", "--gpu_hour_usd", "3.5"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    frame = pd.read_csv(out / "projection.csv")
+    row = frame.iloc[0]
+    assert row["proj_device"] == "NVIDIA H200" and row["proj_source_device"] == H100
+    assert row["proj_steady_tokens_per_second"] > TOKENS / (STEADY_US * 1e-6)  # more bandwidth, ~same compute
+    assert row["pred_capacity_bytes"] == int(140.4 * 1024**3) and bool(row["proj_fits"]) is True
+    assert row["proj_usd_per_million_tokens"] == pytest.approx(3.5 / 3600 / row["proj_steady_nonpad_tokens_per_second"]
+                                                               * 1e6)
+    for bad, key in ((["--plan_device", "Imaginary 9000"], "--plan_device"), (["--plan_device", "NVIDIA H200",
+                     "--gpu_hour_usd", "nan"], "--gpu_hour_usd"), (["--plan_device", "NVIDIA H200",
+                     "--project_num_gpus", "4"], "--project_parallelism")):
+        target = tmp_path / f"bad-{key.strip('-')}"
+        done = subprocess.run([*command[:-1], str(target), *bad], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and key in done.stderr, done.stderr[-2000:]
+        assert not (target / "projection.csv").exists()
+
+
+def test_the_report_compares_gpu_kinds_from_projection_csv(tmp_path):
+    from report_fixtures import parse
+
+    from tunebench.results import report_projection
+
+    base = {"scenario": "proj", "framework_config": "none", "proj_source_device": H100, "proj_num_gpus": 1,
+            "steady_tokens_per_second": 1000.0}
+    pd.DataFrame([{**base, "proj_device": "NVIDIA H200", "proj_steady_tokens_per_second": 1100.0},
+                  {**base, "proj_device": "NVIDIA L40S", "proj_steady_tokens_per_second": 300.0},
+                  {**base, "scenario": "cpu-row", "proj_device": "NVIDIA L40S", "proj_steady_tokens_per_second": None,
+                   "proj_note": "not projected: no kernel split"}]).to_csv(tmp_path / "projection.csv", index=False)
+    assert report_projection.section(tmp_path / "raw_summary.csv").count("<img") == 1
+    page = parse(report_projection.section(tmp_path / "raw_summary.csv"))
+    assert page.tables["projection"] == [
+        ["experiment", f"1× {H100} (measured)", "1× NVIDIA H200", "1× NVIDIA L40S"],
+        ["proj · none", "1,000", "1,100", "300"]]
+    assert report_projection.section(tmp_path / "elsewhere" / "raw_summary.csv") == ""

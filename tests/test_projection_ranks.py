@@ -1,0 +1,131 @@
+"""N GPUs on paper: the collective model's known answers, and per-rank memory and payloads against real gloo runs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from projection_fixtures import kernel_rows, measured_row
+
+from tunebench.planning.projection import ranks
+from tunebench.planning.projection.gpu_table import load_table
+from tunebench.planning.projection.memory import verdict
+from tunebench.planning.projection.project import project_one
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_ring_collectives_and_the_overlap_assumption_give_known_answers():
+    link = ranks.Link(bandwidth=300e9, latency=10e-6)
+    [ddp] = ranks.collectives("ddp", 4, param_bytes=4e9, grad_bytes=2e9, layers=16, micro_batches=2)
+    assert (ddp.kind, ddp.payload, ddp.count) == ("all_reduce", 2e9, 77)  # once per step, 25 MiB buckets
+    # all-reduce: 2(N-1)/N of the payload at the bus bandwidth, 2(N-1) latency steps per bucket
+    assert ranks.seconds(ddp, 4, link) == pytest.approx(2e9 * 1.5 / 300e9 + 77 * 6 * 10e-6)
+    # hidden behind 5 ms of backward but the rest; never less than the last bucket
+    assert ranks.exposed("ddp", [ddp], 4, link, {"backward": 0.005}) == pytest.approx(0.01462 - 0.005)
+    assert ranks.exposed("ddp", [ddp], 4, link, {"backward": 1.0}) == pytest.approx(0.01462 / 77)
+    fsdp = ranks.collectives("fsdp2", 2, param_bytes=1e9, grad_bytes=1e9, layers=15, micro_batches=1)
+    assert [(c.kind, c.payload, c.count, c.window) for c in fsdp] == [
+        ("all_gather", 1e9, 16, "forward"), ("all_gather", 1e9, 16, "backward"), ("reduce_scatter", 1e9, 16, "backward")]
+    one = 1e9 * 0.5 / 300e9 + 16 * 1 * 10e-6  # (N-1)/N of the payload, N-1 steps per layer
+    assert ranks.seconds(fsdp[0], 2, link) == pytest.approx(one)
+    assert ranks.exposed("fsdp2", fsdp, 2, link, {"forward": 0.001, "backward": 0.01}) == \
+        pytest.approx((one - 0.001) + one / 16)
+    assert ranks.collectives("ddp", 1, 1, 1, 1, 1) == []
+    assert ranks.rank_phases({"forward": 1, "optimizer": 0.4, "clip": 0.2}, "fsdp2", 4) == \
+        {"forward": 1, "optimizer": 0.1, "clip": 0.05}
+
+
+def test_n_gpus_add_the_exposed_communication_and_multiply_the_tokens():
+    table = load_table()
+    h100 = table.lookup("NVIDIA H100 80GB HBM3")
+    row = measured_row("x", kernel_rows(), model_name_or_path="preset:llama-tiny")
+    one = project_one(row, None, table, h100)
+    eight = project_one(row, None, table, h100, n=8, parallelism="ddp")
+    comm = eight["proj_time_comm"]
+    assert eight["proj_comm_bytes"] == 2e9  # 1e9 bf16 gradients, all-reduced once
+    link = ranks.Link(329e9, 8e-6)
+    [ddp] = ranks.collectives("ddp", 8, 2e9, 2e9, 2, 1)
+    assert comm == pytest.approx(max(ranks.seconds(ddp, 8, link) - one["proj_time_backward"],
+                                     ranks.seconds(ddp, 8, link) / ddp.count))
+    assert eight["proj_step_time"] == pytest.approx(one["proj_step_time"] + comm)
+    assert eight["proj_steady_tokens_per_second"] == pytest.approx(8 * 8192 / eight["proj_step_time"])
+    assert "overlap assumed" in eight["proj_note"] and "all_reduce 2.00 GB" in eight["proj_note"]
+    no_link = project_one(row, None, table, h100, n=16, parallelism="ddp")
+    assert no_link["proj_note"] == "not projected: no network figure for NVIDIA H100 80GB HBM3 in the GPU table"
+
+
+def _spec_folder(root: Path, model: str, **arguments) -> Path:
+    import tunebench
+
+    lines = "".join(f"      {k}: {v}\n" for k, v in arguments.items())
+    scenarios = root / "s.yaml"
+    scenarios.write_text(f"scenarios:\n  - name: ranks\n    arguments:\n      model_name_or_path: [{model}]\n{lines}")
+    spec = tunebench.Matrix.from_yaml(str(scenarios), device="cpu").experiments[0]
+    folder = root / spec.folder_name
+    folder.mkdir()
+    spec.write(folder, [])
+    return folder
+
+
+@pytest.mark.slow
+def test_ddp_per_rank_memory_and_payload_against_a_real_two_process_gloo_run(tmp_path):
+    """The 1-process experiment projected to 2 DDP ranks against the same experiment run on 2 gloo processes."""
+    settings = dict(peft_method="none", max_steps=6, torch_dtype="float32", bf16="false", per_device_train_batch_size=2,
+                    max_seq_len=64, synthetic_num_samples=64)
+    scenarios = tmp_path / "run.yaml"
+    scenarios.write_text("scenarios:\n  - name: ranks\n    arguments:\n      model_name_or_path: [preset:llama-tiny]\n"
+                         + "".join(f"      {k}: {v}\n" for k, v in settings.items()))
+    results = tmp_path / "results"
+    done = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "--device", "cpu", "--scenarios_config_path",
+                           str(scenarios), "--num_gpus_matrix", "2", "--results_output_path", str(results)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = pd.read_csv(results / "raw_summary.csv").iloc[0]
+    single = _spec_folder(tmp_path, "preset:llama-tiny", **settings)
+    predicted = verdict(single, 2, "ddp", None, None, device_type="cpu")
+    for category in ("params", "grads", "optimizer", "buffers"):
+        assert predicted[f"pred_mem_{category}"] == measured[f"scan_mem_{category}"], category
+    assert abs(predicted["pred_mem_activations"] / measured["scan_mem_activations"] - 1) < 1e-3
+    scan = json.loads(next(results.glob("ranks_*/scan.rank0.json")).read_text())
+    [ddp] = ranks.collectives("ddp", 2, 0, measured["trainable_parameters"] * 4, 2, 1)
+    assert scan["collectives"]["kinds"]["all_reduce"]["bytes_by_dtype"]["float"] == ddp.payload
+
+
+@pytest.mark.slow
+def test_fsdp2_shard_and_payloads_against_a_real_two_process_gloo_run(tmp_path):
+    """tests/dist/collectives_worker.py's FSDP2 run (accelerate runs FSDP only on GPUs): its per-rank parameter
+    shard and its all-gather / reduce payloads against the projection's, for the same model."""
+    from transformers import LlamaConfig
+
+    model = tmp_path / "model"
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=256, tie_word_embeddings=False).save_pretrained(model)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_port()), str(REPO / "tests/dist/collectives_worker.py"), "fsdp2", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((out / "expected.json").read_text())
+    folder = _spec_folder(tmp_path, str(model), torch_dtype="float32", bf16="false", max_seq_len=32)
+    predicted = verdict(folder, 2, "fsdp2", None, None, device_type="cpu")
+    all_bytes = expected["layer_param_bytes"] + expected["root_param_bytes"]
+    comms = ranks.collectives("fsdp2", 2, all_bytes, expected["grad_bytes"], 2, 1)
+    for rank in (0, 1):
+        scan = json.loads((out / f"scan.rank{rank}.json").read_text())
+        assert predicted["pred_mem_params"] == scan["local_param_bytes"]
+        kinds = scan["collectives"]["kinds"]
+        assert kinds["all_gather"]["bytes_by_dtype"]["float"] == sum(c.payload for c in comms if c.kind == "all_gather")
+        reduced = kinds.get("reduce_scatter") or kinds["all_reduce"]  # gloo reduces with all-reduce
+        assert reduced["bytes_by_dtype"]["float"] == next(c.payload for c in comms if c.kind == "reduce_scatter")
+
+
+def _port() -> int:
+    from tunebench.execution.launchers.base import free_port
+
+    return free_port()

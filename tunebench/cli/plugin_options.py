@@ -1,0 +1,80 @@
+"""The plugins' own options on benchmark.py's command line: one group per executor and tracker, made from the fields
+of its `Settings` dataclass (tunebench.plugins.cli_option), and read back into a typed Settings object.
+
+A plugin declares an option once, beside the code that reads it: this module never names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from typing import Any
+
+from tunebench.bounds import Range
+from tunebench.errors import InputProblem
+from tunebench.execution.executors import EXECUTORS
+from tunebench.plugins import Registry, settings_fields
+from tunebench.telemetry.trackers import TRACKERS
+
+logger = logging.getLogger(__name__)
+
+
+def plugin_settings_classes() -> list[tuple[str, type]]:
+    """(group title, Settings class) of every registered executor and tracker that has options. A plugin that
+    fails to import is left out with a warning: another package's bug never stops benchmark.py."""
+    found: list[tuple[str, type]] = []
+    for registry in (EXECUTORS, TRACKERS):
+        for name in registry.names():
+            settings_class = _settings_class(registry, name)
+            if settings_fields(settings_class):
+                found.append((f"{name} {registry.kind}", settings_class))
+    return found
+
+
+def _settings_class(registry: Registry, name: str) -> type | None:
+    try:
+        return getattr(registry.load(name), "Settings", None)
+    except Exception as exc:  # a third-party plugin that does not import: its options are absent
+        logger.warning("%s %r not loaded: %s", registry.kind, name, exc)
+        return None
+
+
+def _destination(field: dataclasses.Field) -> str:
+    return field.metadata["option"].lstrip("-").replace("-", "_")
+
+
+def add_plugin_options(parser: argparse.ArgumentParser) -> None:
+    """One argument group per plugin with options; every option also answers to its dash spelling."""
+    for title, settings_class in plugin_settings_classes():
+        group = parser.add_argument_group(title)
+        for field in settings_fields(settings_class):
+            keywords = dict(field.metadata["argparse"])
+            names = [field.metadata["option"], *keywords.pop("aliases", [])]
+            names += [n.replace("_", "-") for n in names if "_" in n[2:]]
+            default = None if field.default is dataclasses.MISSING else field.default
+            group.add_argument(*names, dest=_destination(field), default=default, help=field.metadata["help"],
+                               **keywords)
+
+
+def plugin_ranges() -> dict[str, Range]:
+    """flag → the range its plugin declared, for the edge check and the README's table."""
+    return {field.metadata["option"]: field.metadata["range"] for _, settings_class in plugin_settings_classes()
+            for field in settings_fields(settings_class) if field.metadata.get("range") is not None}
+
+
+def read_plugin_settings(namespace: argparse.Namespace, problems: list[InputProblem]) -> tuple:
+    """Every plugin's Settings as the command line gives them (a field's `read` turns its text into its type,
+    naming its option in `problems`)."""
+    made = []
+    for _, settings_class in plugin_settings_classes():
+        values: dict[str, Any] = {}
+        for field in settings_fields(settings_class):
+            value = getattr(namespace, _destination(field), None)
+            read = field.metadata.get("read")
+            if read is not None:
+                value = read(value, problems)
+            if value is not None:
+                values[field.name] = value
+        made.append(settings_class(**values))
+    return tuple(made)

@@ -1,0 +1,177 @@
+"""The GPU table of the projection: each GPU's rates with their sources (gpus.yaml), merged with a user's YAML.
+
+A user file has the shipped form (`gpus:` a list of entries with `name`, optional `match` substrings and figures,
+each a number or `{value, source}`). An entry whose name is already in the table overrides the figures it gives;
+a new entry needs at least `bf16_tflops` and `memory_tb_per_s`. Every problem of the file is reported at once
+(InputError: file, key, fix; exit 2), nothing is projected.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tunebench.bounds import Range
+from tunebench.errors import InputError, InputProblem
+
+logger = logging.getLogger(__name__)
+
+SHIPPED = Path(__file__).with_name("gpus.yaml")
+POSITIVE = Range(0, 1e7, low_open=True)
+FIGURES: dict[str, Range] = {
+    "bf16_tflops": POSITIVE, "memory_tb_per_s": POSITIVE, "memory_gib": POSITIVE, "power_w": POSITIVE,
+    "gpu_link_gb_per_s": POSITIVE, "host_link_gb_per_s": POSITIVE, "network_gb_per_s": POSITIVE,
+    "link_latency_us": Range(0, 1e7), "kernel_floor_us": Range(0, 1e7), "host_launch_us": POSITIVE,
+    "usd_per_hour": Range(0, 1e6),  # a user's price of one GPU hour (never shipped)
+}
+REQUIRED = ("bf16_tflops", "memory_tb_per_s")
+ENTRY_KEYS = {"name", "match", *FIGURES}
+FIX = "see tunebench/planning/projection/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: ...}}]"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU kind: figures (None where unknown) and where each came from."""
+
+    name: str
+    match: tuple[str, ...] = ()
+    figures: dict[str, float | None] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def value(self, figure: str) -> float | None:
+        return self.figures.get(figure)
+
+    def cited(self, figure: str) -> str:
+        """`value (source)` for notes."""
+        return f"{self.figures.get(figure)} ({self.sources.get(figure, 'no source')})"
+
+    def matches(self, name: str) -> bool:
+        text = name.strip().lower()
+        return text == self.name.lower() or any(m.lower() in text for m in self.match)
+
+
+@dataclass(frozen=True)
+class GpuTable:
+    gpus: tuple[Gpu, ...]
+
+    def lookup(self, name: str | None) -> Gpu | None:
+        """The GPU an nvidia-smi / torch device name (or a table name) denotes: an exact name first, then the
+        first entry whose `match` substring it holds (user entries come first, so they win)."""
+        if not name:
+            return None
+        exact = [g for g in self.gpus if g.name.lower() == name.strip().lower()]
+        return exact[0] if exact else next((g for g in self.gpus if g.matches(name)), None)
+
+    def names(self) -> list[str]:
+        return [g.name for g in self.gpus]
+
+
+def _figure(raw: Any, key: str, where: str, source: str, problems: list[InputProblem]) -> tuple[float | None, str]:
+    """(value, source) of one figure given as a number, null, or {value, source}; `key` is its dotted path in
+    the file `where`."""
+    cited = source
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"value", "source"}
+        if unknown or "value" not in raw:
+            problems.append(InputProblem(where, key, f"expected {{value, source}}, got keys {sorted(map(str, raw))}",
+                                         "e.g. {value: 989.4, source: 'datasheet'}"))
+            return None, cited
+        if raw.get("source") is not None:
+            if not isinstance(raw["source"], str):
+                problems.append(InputProblem(where, f"{key}.source", "expected text", "a short citation"))
+                return None, cited
+            cited = raw["source"]
+        raw = raw["value"]
+    if raw is None:
+        return None, cited
+    bounds = FIGURES[key.rpartition(".")[2]]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or bounds.problem(raw):
+        problems.append(InputProblem(where, key, f"{repr(raw)[:40]} is not a number {bounds.describe()}",
+                                     "give a plain number in the unit of the figure's name"))
+        return None, cited
+    return float(raw), cited
+
+
+def _entry(raw: Any, index: int, path: str, problems: list[InputProblem]) -> Gpu | None:
+    where = f"gpus[{index}]"
+    if not isinstance(raw, dict):
+        problems.append(InputProblem(path, where, f"expected a mapping, got {type(raw).__name__}", FIX))
+        return None
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        problems.append(InputProblem(path, f"{where}.name", f"expected a GPU name, got {name!r}",
+                                     "the name nvidia-smi shows, e.g. 'NVIDIA H100 80GB HBM3'"))
+        return None
+    for key in sorted(set(map(str, raw)) - ENTRY_KEYS):
+        problems.append(InputProblem(path, f"{where}.{key}", "unknown figure", f"one of {', '.join(sorted(FIGURES))}"))
+    match = raw.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m.strip() for m in match):
+        problems.append(InputProblem(path, f"{where}.match", f"expected a list of name fragments, got {match!r}",
+                                     "e.g. match: ['H100 80GB HBM3']"))
+        match = []
+    figures, sources = {}, {}
+    for key in FIGURES:
+        if key in raw:
+            figures[key], sources[key] = _figure(raw[key], f"{where}.{key}", path, f"your file {path}", problems)
+    return Gpu(name.strip(), tuple(match), figures, sources)
+
+
+def read_file(path: str | Path) -> list[Gpu]:
+    """The entries of one table file; InputError with every problem found."""
+    path = str(path)
+    try:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text)
+    except OSError as exc:
+        raise InputError([InputProblem(path, "--gpu_table", f"cannot read it ({exc.strerror or exc})",
+                                       "give an existing YAML file")]) from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise InputError([InputProblem(path, "(YAML)", f"not valid YAML: {str(exc).splitlines()[0]}", FIX)]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list) or set(data) - {"gpus"}:
+        raise InputError([InputProblem(path, "gpus", "expected a mapping with one key, `gpus`, holding a list", FIX)])
+    problems: list[InputProblem] = []
+    entries = [_entry(raw, i, path, problems) for i, raw in enumerate(data["gpus"])]
+    names = [g.name.lower() for g in entries if g is not None]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(InputProblem(path, "gpus", f"{name!r} is listed twice", "one entry per GPU"))
+    if problems:
+        raise InputError(problems)
+    return [g for g in entries if g is not None]
+
+
+def merged(base: list[Gpu], user: list[Gpu], path: str) -> list[Gpu]:
+    """User entries first (they win a lookup); a name already in `base` overrides figure by figure."""
+    by_name = {g.name.lower(): g for g in base}
+    problems, out = [], []
+    for entry in user:
+        known = by_name.pop(entry.name.lower(), None)
+        if known is not None:
+            entry = Gpu(known.name, entry.match or known.match, {**known.figures, **entry.figures},
+                        {**known.sources, **entry.sources})
+        missing = [k for k in REQUIRED if entry.figures.get(k) is None]
+        if missing:
+            problems.append(InputProblem(path, entry.name, f"no {' or '.join(missing)}",
+                                         "give both the matmul rate and the memory bandwidth"))
+        out.append(entry)
+    if problems:
+        raise InputError(problems)
+    return out + [g for g in base if g.name.lower() in by_name]
+
+
+def load_table(user_path: str | Path | None = None) -> GpuTable:
+    """The shipped table, with a user's YAML merged in when given."""
+    base = read_file(SHIPPED)
+    return GpuTable(tuple(merged(base, read_file(user_path), str(user_path)) if user_path else base))
+
+
+def resolve(table: GpuTable, name: str | None, option: str) -> Gpu:
+    """The table's entry for `name`; InputError naming the option and the known GPUs otherwise."""
+    gpu = table.lookup(name)
+    if gpu is None:
+        raise InputError([InputProblem("command line", option, f"{name!r} is not in the GPU table",
+                                       f"one of {', '.join(table.names())}, or add it with --gpu_table FILE")])
+    return gpu

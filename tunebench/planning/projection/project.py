@@ -1,0 +1,205 @@
+"""Measured rows projected onto a GPU kind (and N GPUs): the `proj_*` columns, cost and energy, and the note.
+
+`project_rows(frame, target)` works on any DataFrame of measured rows (a results CSV, tune's points);
+`project_folder(results, target)` reads a results folder's experiment folders, where each row's per-kernel file
+(kernels.csv.gz) refines the split and spec.json gives the memory verdict on the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import tunebench.planning.projection.ranks as ranks
+from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table, resolve
+from tunebench.planning.projection.kernel_model import (
+    Rates,
+    phase_kernel_times,
+    phase_kernel_times_from_columns,
+)
+from tunebench.planning.projection.step_model import PHASES, Measured, project_step
+
+logger = logging.getLogger(__name__)
+
+KERNEL_ROWS = "kernels.csv.gz"
+
+
+def num(row: Any, key: str) -> float | None:
+    """A finite number from a row (dict or Series), else None."""
+    value = row.get(key) if hasattr(row, "get") else None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def measured_of(row: Any) -> tuple[Measured | None, str | None]:
+    """What the model needs of a measured row, or why it cannot be projected."""
+    if str(row.get("status", "ok")) != "ok":
+        return None, f"status {row.get('status')}: nothing measured"
+    step, rate = num(row, "steady_step_time_median"), num(row, "steady_tokens_per_second")
+    if not step or not rate:
+        return None, "no steady step time (steady_step_time_median)"
+    phases = {p: num(row, f"scan_time_{p}") for p in PHASES}
+    if any(v is None for v in phases.values()):
+        return None, "no phase times (scan_time_*: run with the scanner)"
+    if num(row, "scan_kernel_busy_time") is None:
+        return None, f"no kernel split (scan_kernel_*: {row.get('scan_kernel_note') or 'measured before the split'})"
+    busy = {p: num(row, f"scan_kernel_{p}_busy_time") or 0.0 for p in PHASES}
+    nonpad = num(row, "steady_nonpad_tokens_per_second") or rate
+    return Measured(step, rate * step, nonpad * step, phases, busy), None
+
+
+def _read_kernels(folder: Path | None) -> list[dict] | None:
+    if folder is None or not (folder / KERNEL_ROWS).is_file():
+        return None
+    from scanner.kernel_split import read_rows
+
+    try:
+        return read_rows(str(folder / KERNEL_ROWS))
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        logger.warning("%s: unreadable (%s); projecting from the columns", folder / KERNEL_ROWS, exc)
+        return None
+
+
+def kernel_times(row: Any, folder: Path | None, src: Rates, dst: Rates) -> tuple[dict, str]:
+    """phase → (K_p, K'_p) and how they were obtained."""
+    rows = _read_kernels(folder)
+    if rows:
+        steps = max(1, len({r["step"] for r in rows}))
+        return phase_kernel_times(rows, src, dst, steps), (
+            f"{sum(r['class'] != 'sync' for r in rows) // steps} kernels of the scanned step, each by its class "
+            "(matmuls by their shapes' roofline), fixed cost per kernel kept")
+    return phase_kernel_times_from_columns(dict(row), src, dst), "scan_kernel_<phase>_<class>_time columns, by class"
+
+
+def host_ratio(src: Gpu, dst: Gpu) -> tuple[float, str]:
+    a, b = src.value("host_launch_us"), dst.value("host_launch_us")
+    if a and b:
+        return b / a, f"host gaps × {b / a:.3f} (launch {a:.2f} → {b:.2f} µs, table)"
+    return 1.0, "host gaps kept as measured (the same host assumed)"
+
+
+def _figures(gpu: Gpu) -> str:
+    return (f"{gpu.name}: {gpu.value('bf16_tflops'):g} TFLOP/s [{gpu.sources.get('bf16_tflops', '')}], "
+            f"{gpu.value('memory_tb_per_s'):g} TB/s [{gpu.sources.get('memory_tb_per_s', '')}]")
+
+
+def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: int = 1,
+                parallelism: str | None = None) -> dict[str, Any]:
+    """The `proj_*` columns of one measured row on `n` GPUs of `target` (proj_note alone when it cannot)."""
+    out: dict[str, Any] = {"proj_device": target.name, "proj_source_device": row.get("gpu_name"),
+                           "proj_num_gpus": n, "proj_parallelism": parallelism or "single"}
+    measured, why = measured_of(row)
+    source = table.lookup(str(row.get("gpu_name") or ""))
+    if measured is not None and source is None:
+        why = f"the measured GPU {row.get('gpu_name')!r} is not in the GPU table (add it with --gpu_table)"
+    if measured is None or source is None:
+        return {**out, "proj_note": f"not projected: {why}"}
+    src, dst = Rates.of(source), Rates.of(target)
+    times, method = kernel_times(row, folder, src, dst)
+    ratio, host_text = host_ratio(source, target)
+    single = project_step(measured, times, ratio)
+    phases = ranks.rank_phases(single.phase_time, parallelism or "", n)
+    step, comm_note, comm_bytes, exposed = sum(phases.values()), "", 0.0, 0.0
+    if n > 1:
+        exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism, phases)
+        if exposed is None:
+            return {**out, "proj_note": f"not projected: {comm_note}"}
+        step += exposed
+    tokens, nonpad = measured.tokens_per_step * n, measured.nonpad_tokens_per_step * n
+    out.update({"proj_steady_tokens_per_second": tokens / step, "proj_steady_nonpad_tokens_per_second": nonpad / step,
+                "proj_step_time": step, **{f"proj_time_{p}": v for p, v in phases.items()},
+                "proj_time_comm": exposed, "proj_gpu_busy_time": single.busy_time, "proj_host_gap_time": single.gap_time,
+                "proj_comm_bytes": comm_bytes})
+    clamped = f"; phases whose scanned kernels outlasted the timed phase, scaled whole: {', '.join(single.clamped)}" \
+        if single.clamped else ""
+    out["proj_note"] = (f"roofline per kernel: {method}; {_figures(source)} → {_figures(target)}; {host_text}; "
+                        f"steady median {measured.step_time:.4f} s scaled by the phases' Σ projected ÷ Σ timed"
+                        f"{clamped}{comm_note}")
+    return out
+
+
+def _communication(row: Any, target: Gpu, n: int, parallelism: str | None,
+                   phases: dict[str, float]) -> tuple[float | None, float, str]:
+    """(exposed seconds, bytes per rank per step, note) of N-GPU data parallelism; None when it cannot be said."""
+    if parallelism not in ranks.PARALLELISMS:
+        return None, 0.0, f"{n} GPUs need a parallelism ({' or '.join(ranks.PARALLELISMS)})"
+    link, link_text = ranks.link_of(target, n)
+    element = 4 if str(row.get("torch_dtype")) in ("float32", "float") else 2
+    total, trainable = num(row, "total_parameters"), num(row, "trainable_parameters")
+    if link is None or not total or trainable is None:
+        return None, 0.0, link_text if link is None else "no parameter counts in the row"
+    if parallelism == "fsdp2" and str(row.get("quantization", "none")) not in ("none", "nan", "None"):
+        return None, 0.0, "FSDP2 over a quantized base is not modelled"
+    layers = _layers(str(row.get("model_name_or_path")))
+    micro = int(num(row, "gradient_accumulation_steps") or 1)
+    comms = ranks.collectives(parallelism, n, total * element, trainable * element, layers, micro)
+    hidden = ranks.exposed(parallelism, comms, n, link, phases)
+    moved = sum(c.payload for c in comms)
+    note = (f"; {n}× {parallelism}: {', '.join(f'{c.kind} {c.payload / 1e9:.2f} GB' for c in comms)} per step over "
+            f"{link_text}, latency {target.cited('link_latency_us')} µs per ring step; exposed {hidden * 1e3:.1f} ms "
+            f"(overlap assumed: planning/projection/ranks.py)")
+    return hidden, moved, note
+
+
+def _layers(model: str) -> int:
+    from tunebench.experiment.models import load_config
+
+    try:
+        config = load_config(model)
+    except (OSError, ValueError):
+        return 1
+    return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 1
+
+
+def cost_columns(projected: dict[str, Any], target: Gpu, gpu_hour_usd: float | None) -> dict[str, Any]:
+    """USD per million non-padding tokens (the user's price: `gpu_hour_usd`, else the table's `usd_per_hour` from a
+    user YAML) and J/token (the table's power figure)."""
+    rate, n = projected.get("proj_steady_nonpad_tokens_per_second"), projected.get("proj_num_gpus") or 1
+    out: dict[str, Any] = {"proj_usd_per_million_tokens": None, "proj_joules_per_token": None}
+    price = gpu_hour_usd if gpu_hour_usd is not None else target.value("usd_per_hour")
+    if rate:
+        if price is not None:
+            out["proj_usd_per_million_tokens"] = price * n / 3600 / rate * 1e6
+        if target.value("power_w"):
+            out["proj_joules_per_token"] = target.value("power_w") * n / rate
+    return out
+
+
+def project_rows(frame: pd.DataFrame, target: str, gpu_table: str | None = None, results_dir: str | None = None,
+                 gpu_hour_usd: float | None = None, num_gpus: int = 1, parallelism: str | None = None) -> pd.DataFrame:
+    """The rows of `frame` projected onto `num_gpus` of `target` (a GPU name of the table): the frame's identity
+    columns and the `proj_*` columns, one row per input row. With `results_dir`, each row's experiment folder
+    (kernels.csv.gz) refines the split. Raises InputError for an unknown target or a bad GPU table."""
+    table = load_table(gpu_table)
+    gpu = resolve(table, target, "--plan_device")
+    folders = folders_by_id(Path(results_dir)) if results_dir else {}
+    keep = [c for c in ("experiment_id", "scenario", "framework_config", "model_name_or_path", "num_gpus",
+                        "peft_method", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_len",
+                        "repeat", "gpu_name", "steady_tokens_per_second", "steady_nonpad_tokens_per_second",
+                        "steady_step_time_median") if c in frame.columns]
+    rows = []
+    for _, row in frame.iterrows():
+        folder = folders.get((row.get("experiment_id"), int(num(row, "repeat") or 1)))
+        projected = project_one(row, folder, table, gpu, num_gpus, parallelism)
+        projected.update(cost_columns(projected, gpu, gpu_hour_usd))
+        rows.append({**{c: row[c] for c in keep}, **projected})
+    return pd.DataFrame(rows)
+
+
+def folders_by_id(root: Path) -> dict[tuple, Path]:
+    """(experiment_id, repeat) → its experiment folder."""
+    from tunebench.results.folder import REPEAT_SUFFIX, experiment_folders
+
+    found = {}
+    for folder in experiment_folders(root):
+        stem = REPEAT_SUFFIX.sub("", folder.name)
+        repeat = REPEAT_SUFFIX.search(folder.name)
+        found[(stem.rpartition("_")[2], int(repeat.group(0)[2:]) if repeat else 1)] = folder
+    return found

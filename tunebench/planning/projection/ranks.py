@@ -1,0 +1,95 @@
+"""N GPUs on paper: per-rank memory from the fake step for N ranks, step time from the single-GPU phases plus the
+collectives' bytes over the table's link model, with the overlap assumption stated.
+
+Collective payloads per optimizer step (what tests/test_collectives.py measured on gloo: DDP all-reduces exactly
+the gradient bytes; FSDP2 with reshard_after_forward all-gathers every parameter twice and reduce-scatters the
+gradients once):
+  * DDP: all-reduce of the trainable gradients (their dtype), once per optimizer step (accumulation steps skip
+    the sync), in 25 MiB buckets;
+  * FSDP2: per micro-batch, an all-gather of all parameters in forward and again in backward, a reduce-scatter of
+    the trainable gradients; one collective per decoder layer (+1 for the root).
+Ring collectives over N GPUs: all-reduce moves 2(N−1)/N of the payload per GPU, all-gather and reduce-scatter
+(N−1)/N, at the table's bus bandwidth (NCCL's busbw), plus the link latency per ring step and collective.
+Overlap assumed: DDP's buckets overlap backward except the last one; FSDP2 prefetches one layer ahead, so its
+gathers overlap forward and backward except the first layer's, and its reduce-scatters overlap backward except
+the last layer's. Compute is assumed not slowed by the concurrent communication (SMs and memory shared).
+Per-rank work: the measured micro-batch per GPU (data parallel), so forward and backward stay; FSDP2 steps the
+optimizer on 1/N of the parameters (optimizer and clip phases ÷ N).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+DDP_BUCKET = 25 * 1024**2
+PARALLELISMS = ("ddp", "fsdp2")
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str  # all_reduce, all_gather, reduce_scatter
+    payload: float  # bytes of the full logical tensor(s), per step
+    count: int  # collectives per step (latency terms)
+    window: str  # the phase it overlaps: forward, backward
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth: float  # B/s, NCCL bus bandwidth
+    latency: float  # s per ring step
+
+
+def collectives(parallelism: str, n: int, param_bytes: float, grad_bytes: float, layers: int,
+                micro_batches: int) -> list[Collective]:
+    """The collectives of one optimizer step per rank (payloads as the scanner counts them)."""
+    if n <= 1:
+        return []
+    if parallelism == "ddp":
+        return [Collective("all_reduce", grad_bytes, max(1, math.ceil(grad_bytes / DDP_BUCKET)), "backward")]
+    units = layers + 1
+    return [Collective("all_gather", param_bytes * micro_batches, units * micro_batches, "forward"),
+            Collective("all_gather", param_bytes * micro_batches, units * micro_batches, "backward"),
+            Collective("reduce_scatter", grad_bytes * micro_batches, units * micro_batches, "backward")]
+
+
+def seconds(c: Collective, n: int, link: Link) -> float:
+    """Ring time of one step's collectives of a kind."""
+    share, steps = (2 * (n - 1) / n, 2 * (n - 1)) if c.kind == "all_reduce" else ((n - 1) / n, n - 1)
+    return c.payload * share / link.bandwidth + c.count * steps * link.latency
+
+
+def exposed(parallelism: str, comms: list[Collective], n: int, link: Link, windows: dict[str, float]) -> float:
+    """Communication time not hidden behind the phase it overlaps (the overlap assumption of the module)."""
+    total = 0.0
+    for window in ("forward", "backward"):
+        group = [c for c in comms if c.window == window]
+        if not group:
+            continue
+        busy = sum(seconds(c, n, link) for c in group)
+        # the part that cannot overlap: DDP's last bucket, FSDP2's first gathered / last scattered layer
+        tail = max(seconds(c, n, link) / max(c.count, 1) for c in group)
+        total += max(busy - windows.get(window, 0.0), tail)
+    return total
+
+
+def rank_phases(phases: dict[str, float], parallelism: str, n: int) -> dict[str, float]:
+    """Per-rank phase times: data parallel keeps forward/backward; FSDP2 shards the optimizer step and clipping."""
+    out = dict(phases)
+    if parallelism == "fsdp2" and n > 1:
+        for phase in ("optimizer", "clip"):
+            out[phase] = phases.get(phase, 0.0) / n
+    return out
+
+
+def link_of(gpu, n: int) -> tuple[Link | None, str]:
+    """The link N GPUs talk over: the host's GPU link up to 8 GPUs, the network beyond (when the table has it)."""
+    latency = (gpu.value("link_latency_us") or 0.0) * 1e-6
+    if n <= 8 and gpu.value("gpu_link_gb_per_s"):
+        return Link(gpu.value("gpu_link_gb_per_s") * 1e9, latency), f"GPU link {gpu.cited('gpu_link_gb_per_s')}"
+    if n > 8 and gpu.value("network_gb_per_s"):
+        return Link(gpu.value("network_gb_per_s") * 1e9, latency), f"network {gpu.cited('network_gb_per_s')}"
+    return None, f"no {'network' if n > 8 else 'GPU link'} figure for {gpu.name} in the GPU table"

@@ -1,0 +1,86 @@
+"""Registries of plugins chosen by name: the built-in ones and those other packages add through entry points.
+
+A registry maps a name to `"module:attribute"` and imports it only when it is asked for (Ray, submitit and the
+GPU pollers are heavy), so listing the names costs nothing. Another package adds a plugin with one entry point in
+its own metadata, e.g. in its pyproject.toml:
+
+    [project.entry-points."tunebench.trackers"]
+    power_meter = "my_package.power:PowerMeterTracker"
+
+Groups: `tunebench.executors`, `tunebench.launchers`, `tunebench.trackers`. A plugin of the same name as a
+built-in does not replace it (a typo in another package must not swap out the local executor silently); it is
+skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class UnknownPlugin(ValueError):
+    """A name no registry entry has; the message lists the names there are."""
+
+
+@dataclass
+class Registry:
+    """Named plugins of one kind: `builtins` (name → "module:attribute") plus the entry points of `group`."""
+
+    kind: str  # "executor", "launcher", "tracker": how messages name a plugin
+    group: str  # the entry point group other packages register in
+    builtins: dict[str, str]
+    _found: dict[str, str] | None = field(default=None, repr=False)
+
+    def targets(self) -> dict[str, str]:
+        """name → "module:attribute" of every plugin, the built-in ones first (read once)."""
+        if self._found is None:
+            found = dict(self.builtins)
+            for point in entry_points(group=self.group):
+                if point.name in self.builtins:
+                    logger.warning("%s plugin %r from %s ignored: a built-in %s has that name", self.kind,
+                                   point.name, point.value, self.kind)
+                    continue
+                found[point.name] = point.value
+            self._found = found
+        return self._found
+
+    def names(self) -> list[str]:
+        return list(self.targets())
+
+    def load(self, name: str) -> Any:
+        """The plugin called `name`, imported; UnknownPlugin when there is none, ImportError when it is broken."""
+        target = self.targets().get(name)
+        if target is None:
+            raise UnknownPlugin(f"unknown {self.kind} {name!r}; the {self.kind}s are: {', '.join(self.names())}")
+        module, _, attribute = target.partition(":")
+        loaded: Any = importlib.import_module(module)
+        for part in attribute.split(".") if attribute else []:
+            loaded = getattr(loaded, part)
+        return loaded
+
+    def forget(self) -> None:
+        """Read the entry points again on the next look (after a package was installed in this process)."""
+        self._found = None
+
+
+def cli_option(flag: str, help: str, allowed: Any = None, read: Any = None, **argparse_kwargs: Any) -> dict[str, Any]:
+    """A settings field's command-line face, kept in the field's metadata: its flag, help, range (a
+    tunebench.bounds.Range, checked at the edge), `read(value, problems)` (turns what argparse parsed into the
+    field's type, appending an InputProblem naming the flag when it cannot) and argparse's keywords (`type`,
+    `choices`, `metavar`, `aliases`: more flags). benchmark.py builds one option group per plugin from these, so a
+    plugin's options are declared once."""
+    return {"option": flag, "help": help, "range": allowed, "read": read, "argparse": argparse_kwargs}
+
+
+def settings_fields(settings_class: Any) -> list:
+    """The dataclass fields of a plugin's settings that have a command-line face (cli_option)."""
+    from dataclasses import fields, is_dataclass
+
+    if settings_class is None or not is_dataclass(settings_class):
+        return []
+    return [f for f in fields(settings_class) if "option" in f.metadata]

@@ -1,0 +1,67 @@
+"""Declarations of the kernel-split (scanner) and projection columns, as plain data that columns.py registers.
+
+Each entry is (name, kind, unit, direction, family, meaning); tunebench.results.columns turns them into
+`Column`s in its REGISTRY, under the two sections named here (column_types lists them in SECTIONS), so the CSV,
+compare, the report and the README read them like every other column.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tunebench.vocabulary import Direction
+
+logger = logging.getLogger(__name__)
+
+HIGHER, LOWER = Direction.LOWER_IS_WORSE, Direction.HIGHER_IS_WORSE  # as column_types: higher / lower is better
+
+S_KERNEL = "Kernel split (scanner, CUDA)"
+S_PROJ = "Projection (`plan --project_from`)"
+_PHASES = "`forward`, `backward`, `clip`, `optimizer`, `other`"
+_CLASSES = ("`gemm`, `attention`, `comm`, `optimizer`, `norm`, `reduction`, `copy`, `elementwise`, `transfer` "
+            "(host↔device copies), `other`")
+
+KERNEL_COLUMNS: tuple[tuple, ...] = (
+    ("scan_kernel_source", "bookkeeping", "-", None, None,
+     "`cuda` when the memory-scanned step's GPU kernels were split (one row each in `kernels.csv.gz`)"),
+    ("scan_kernel_note", "metric", "-", None, None,
+     "why the kernel split is empty (a CPU run, a failure), or what it left out"),
+    ("scan_kernel_count", "metric", "count", None, "count", "GPU kernels, memcpys and memsets launched in the step"),
+    ("scan_kernel_time", "metric", "s", None, "phase", "their summed durations"),
+    ("scan_kernel_busy_time", "metric", "s", None, "phase", "the union of their intervals: the GPU's busy time"),
+    ("scan_kernel_span_time", "metric", "s", None, "phase", "first kernel start → last kernel end"),
+    ("scan_kernel_host_sync_time", "metric", "s", None, "phase",
+     "host time spent waiting for the GPU (synchronize calls, synchronous copies): rows of class `sync`"),
+    ("scan_kernel_<phase>_busy_time", "metric", "s", None, "phase",
+     f"busy time of the kernels launched in a phase ({_PHASES})"),
+    ("scan_kernel_<phase>_<class>_time", "metric", "s", None, "phase",
+     "summed durations of a class's kernels launched in a phase (classes the phase ran)"),
+    ("scan_kernel_<class>_time", "metric", "s", None, "phase", f"summed durations per class: {_CLASSES}"),
+)
+
+PROJECTION_COLUMNS: tuple[tuple, ...] = (
+    ("proj_device", "identity", "-", None, None, "the GPU projected to (a name of the GPU table)"),
+    ("proj_source_device", "identity", "-", None, None, "the GPU the experiment was measured on"),
+    ("proj_num_gpus", "identity", "count", None, None, "GPUs projected to (1: the measured run's own count)"),
+    ("proj_parallelism", "identity", "-", None, None, "`single`, `ddp` or `fsdp2` (N GPUs on paper)"),
+    ("proj_steady_tokens_per_second", "metric", "tokens/s", HIGHER, "throughput",
+     "projected steady tokens/s, all GPUs (padding included, as steady_tokens_per_second)"),
+    ("proj_steady_nonpad_tokens_per_second", "metric", "tokens/s", HIGHER, "throughput",
+     "the same without padding"),
+    ("proj_step_time", "metric", "s", LOWER, "time", "projected optimizer-step time"),
+    ("proj_time_<phase>", "metric", "s", None, "phase",
+     f"projected time of a phase ({_PHASES}); `comm` is the exposed communication time"),
+    ("proj_gpu_busy_time", "metric", "s", None, "phase", "projected GPU busy time of a step (kernels only)"),
+    ("proj_host_gap_time", "metric", "s", None, "phase",
+     "step time the GPU was not busy (host-bound work, launch gaps): kept as measured"),
+    ("proj_comm_bytes", "metric", "bytes", None, "memory", "bytes each rank sends through collectives per step"),
+    ("proj_mem_peak", "metric", "bytes", None, "memory", "per-rank peak from the fake step (pred_mem_peak)"),
+    ("proj_fits", "metric", "-", None, None, "the per-rank prediction fits the target GPU (pred_fits)"),
+    ("proj_usd_per_million_tokens", "metric", "USD/Mtoken", LOWER, None,
+     "price per GPU hour (`--gpu_hour_usd`, never shipped) × GPUs × hours per million non-padding tokens"),
+    ("proj_joules_per_token", "metric", "J/token", LOWER, "energy",
+     "the table's power figure × GPUs × step time ÷ non-padding tokens of a step (empty without a power figure)"),
+    ("proj_error", "metric", "fraction", None, "stability",
+     "projected ÷ measured steady tokens/s − 1, where the experiment was also measured on the target"),
+    ("proj_note", "metric", "-", None, None, "the method, its inputs and every assumption the projection made"),
+)

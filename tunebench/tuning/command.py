@@ -1,0 +1,74 @@
+"""`tunebench.tune(TuneOptions(...))` and `benchmark.py tune`: check the options, build the space, predict once,
+search, write the table, the winner and the report.
+
+The search runs its batches through the Python API (tunebench.tuning.runs), in one session; the command line only
+parses the options into a TuneOptions, calls `tune` and prints.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunebench.errors import InputError, InputProblem
+from tunebench.tuning.options import TuneOptions
+from tunebench.vocabulary import Objective
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TuneResult:
+    """What a search found and wrote: the ranked table (tune.csv), the winning point's row (None: nothing ran
+    well enough), the search's outcome (every point's state), the device it ran on and the files."""
+
+    table: Any  # pandas.DataFrame
+    winner: dict[str, Any] | None
+    outcome: Any  # tunebench.tuning.search.Outcome
+    device_type: str
+    paths: dict[str, Path]
+
+
+def _input_problems(options: TuneOptions, device_type: str) -> list[InputProblem]:
+    if options.objective == Objective.JOULES_PER_TOKEN and device_type != "cuda":
+        return [InputProblem("command line", "--objective", "joules_per_token needs GPUs (the nvidia-smi power "
+                             "sidecar); this run is on CPU", "use --objective tokens_per_second on CPU")]
+    return []
+
+
+def tune(options: TuneOptions, checked: bool = False) -> TuneResult:
+    """Find the fastest (or cheapest) configuration that fits; InputError naming the option when one is wrong
+    (`checked`: the options were already checked, as `benchmark.py tune`'s parser does)."""
+    from tunebench.execution.guard import results_lock, stop_on_signals
+    from tunebench.results.summaries import rows_on_disk
+    from tunebench.tuning import output, prune
+    from tunebench.tuning.option_checks import value_problems
+    from tunebench.tuning.runs import HarnessRuns
+    from tunebench.tuning.search import Search
+    from tunebench.tuning.space import build_space
+
+    if not checked and (problems := value_problems(options)):  # options made in Python: checked as the CLI's
+        raise InputError(problems)
+    runs = HarnessRuns(options)
+    device_type = runs.device()
+    if problems := _input_problems(options, device_type):
+        raise InputError(problems)
+    cpu = device_type == "cpu"
+    points = build_space(options, cpu)
+    predictions = runs.predict(points)  # also validates every point (exit 2 before anything runs)
+    out = Path(options.results_output_path)
+    with stop_on_signals(), results_lock(out):
+        # The margin learns from every prediction error this folder already measured (earlier tunes, runs).
+        margin = prune.measured_margin(rows_on_disk(out, incomplete=False), options.margin_pct)
+        search = Search(points, predictions, options, device_type, margin)
+        outcome = search.run_grid(runs) if options.grid else search.run(runs)
+        table = output.write(outcome, options, cpu)
+        if outcome.runs:
+            from tunebench.results.report import write_report
+
+            write_report(out)
+    winner = outcome.winner.final() if outcome.winner is not None else None
+    paths = {"folder": out, "table": out / output.TABLE, "winner": out / output.WINNER}
+    return TuneResult(table, winner, outcome, device_type, paths)
