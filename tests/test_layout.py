@@ -142,7 +142,7 @@ def test_no_import_cycles(folder):
 # tunebench's layers, top to bottom, as the data flows (README "Data flow"): a module imports only from its own
 # layer or the ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design
 # that points up). Root modules (errors, fileio, lifetime) are the base.
-LAYERS = ("tune", "cli", "api", "matrix", "execution", "planning", "verify", "results", "experiment", "telemetry", "base")
+LAYERS = ("tune", "cli", "history", "tuning", "api", "matrix", "execution", "planning", "verify", "results", "experiment", "telemetry", "base")
 
 
 def _layer(module: str) -> str:

@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
 SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
-               "tune": "tunebench.cli.tune_command", "verify": "tunebench.verify.command"}
+               "tune": "tunebench.cli.tune_command", "verify": "tunebench.verify.command",
+               "history": "tunebench.history.command", "bisect": "tunebench.history.bisect_command"}
 
 
 def matrix_options(options: argparse.Namespace, problems: list[InputProblem]) -> MatrixOptions:

@@ -6,6 +6,7 @@ import logging
 import re
 from dataclasses import dataclass
 
+from tunebench.results.columns_environment import SECTION as S_RUN_ENV
 from tunebench.results.columns_extra import S_KERNEL, S_PROJ
 from tunebench.vocabulary import Direction, MetricFamily
 
@@ -54,4 +55,4 @@ S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S
     "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
     "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
 SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_KERNEL, S_PRED, S_PROJ,
-            S_ENV, S_BOOK)
+            S_ENV, S_RUN_ENV, S_BOOK)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from tunebench.results import columns_environment as environment
 from tunebench.results.column_types import (  # noqa: F401 (the registry's vocabulary, read as columns.X)
     ARGUMENT,
     BOOKKEEPING,
@@ -278,6 +279,8 @@ REGISTRY: tuple[Column, ...] = (
     _k("<package>_version", ENVIRONMENT, "-", S_ENV, "torch, transformers, trl, peft, accelerate, datasets"),
     _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
     _k("host_cpu_count", ENVIRONMENT, "count", S_ENV, "logical CPUs of the host that ran the experiment (`os.cpu_count()`)"),
+    *(_k(name, ENVIRONMENT, u, S_ENV, meaning) for name, u, meaning in environment.RUN_ENVIRONMENT),
+    *(_k(name, ENVIRONMENT, u, environment.SECTION, meaning) for name, u, meaning in environment.STEADY_ENVIRONMENT),
     # ---------------------------------------------------------------- bookkeeping
     _k("process_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the training entry's process started"),
     _k("experiment_start_unix", BOOKKEEPING, "s", S_BOOK, "unix time the harness launched the experiment"),

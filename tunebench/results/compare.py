@@ -23,6 +23,7 @@ from tunebench.results.compare_markdown import render_markdown
 from tunebench.results.compare_result import CompareResult
 from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
 from tunebench.results.samples import Runs, load_samples
+from tunebench.telemetry import environment_summary as steady_environment
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def _group(df: pd.DataFrame, keys: list[str], metrics: list[str], arguments: lis
             row[f"{m}__spread"] = float(vals.max() - vals.min()) if len(vals) else np.nan
         for a in arguments:
             row[f"{a}__arg"] = grp[a].iloc[0]
+        row["_environment"] = steady_environment.group_view(grp.to_dict("records"))
         rows[key] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -185,7 +187,10 @@ def _why(changed: list[dict], ref: pd.Series, new: pd.Series) -> str:
     for column in sorted(c.removesuffix("__env") for c in ref.index if c.endswith("__env")):
         if f"{column}__env" in new.index and ref[f"{column}__env"] != new[f"{column}__env"]:
             parts.append(f"{column} {ref[f'{column}__env']} → {new[f'{column}__env']}")
-    return "; ".join(parts) or "no argument or environment difference"
+    moved = steady_environment.explain(ref["_environment"], new["_environment"])
+    # Nothing moved, yet the new run's own environment may be why it is slow or unstable.
+    parts += moved or [f"new run: {problem}" for problem in steady_environment.problems(new["_environment"])]
+    return "; ".join(dict.fromkeys(parts)) or "no argument or environment difference"
 
 
 def _sample_notes(metric_cols: list[str], comparison: list[dict], sources: tuple[str, str] | None) -> list[str]:

@@ -91,7 +91,10 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "gpu_name",
 )
 
-ENVIRONMENT_COLUMNS = frozenset(c.name for c in columns.REGISTRY if c.kind == columns.ENVIRONMENT and c.pattern is None) | {
+# The steady window's environment (clocks, temperature, ...) moves a little every run: compare names it only when
+# it moved enough to matter (tunebench.telemetry.environment_summary.explain), never as a plain difference.
+ENVIRONMENT_COLUMNS = frozenset(c.name for c in columns.REGISTRY if c.kind == columns.ENVIRONMENT and c.pattern is None
+                                and c.section != columns.environment.SECTION) | {
     f"{package}_version" for package in ("torch", "transformers", "trl", "peft", "accelerate", "datasets")}
 
 

@@ -41,7 +41,7 @@ OWN_TOP_LEVEL = {MARKER, LOCK_FILE, *SUMMARY_FILES, *SUMMARY_FOLDERS}
 # What the harness and the training entry write inside an experiment folder (globs), and the trees it owns.
 EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "stderr.log", "results.json",
                     "steps.json", "scan*.json", "kernels*.csv.gz", "error_rank*.json", "nvidia_smi.csv",
-                    "nvidia_smi.csv.partial", ".*.tmp")
+                    "nvidia_smi.csv.partial", "environment.json", ".*.tmp")
 # nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
 EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
 _REPO = Path(__file__).resolve().parents[2]

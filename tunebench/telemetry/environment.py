@@ -7,7 +7,9 @@ import importlib.metadata
 import logging
 import os
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -61,5 +63,13 @@ def environment_columns(device_type: str, gpus: list | None = None) -> dict[str,
         "driver_version": gpus[0].driver_version if gpus else None,
         "cuda_alloc_conf": cuda_alloc_conf() if device_type == "cuda" else None,
         **package_versions(),
+        "cuda_version": _cuda_version(),
+        "host_name": socket.gethostname(),
         "tunebench_git_sha": git_sha(),
     }
+
+
+def _cuda_version() -> str | None:
+    """The CUDA version torch was built with, where torch is already imported (the training entry)."""
+    torch = sys.modules.get("torch")
+    return getattr(getattr(torch, "version", None), "cuda", None) if torch is not None else None

@@ -68,8 +68,10 @@ class NvidiaSidecarTracker:
 TRACKERS = Registry("tracker", "tunebench.trackers", {
     "host_load": "tunebench.telemetry.host_load:HostLoadTracker",
     NvidiaSidecarTracker.name: "tunebench.telemetry.trackers:NvidiaSidecarTracker",
+    "steady_environment": "tunebench.telemetry.environment_summary:SteadyEnvironmentTracker",
 })
-ALWAYS = ("host_load",)  # on every run: what else ran on the host is part of every measurement
+# On every run: what else ran on the host and on the experiment's GPUs is part of every measurement.
+ALWAYS = ("host_load", "steady_environment")
 
 
 def harness_trackers(names: tuple[str, ...], settings_of) -> list:

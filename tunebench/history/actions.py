@@ -1,0 +1,107 @@
+"""What each `history` subcommand does once its input is checked: add runs, check them, chart them, export them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from tunebench.errors import InputError, InputProblem
+from tunebench.history import metadata, store
+
+logger = logging.getLogger(__name__)
+
+
+def add(args, path: Path, con) -> int:
+    """Each results folder (or each repeat of it) as a run, one transaction each; a run already stored is skipped."""
+    added = 0
+    for results in map(Path, args.results):
+        runs = metadata.runs_of(results, args.label, args.each_repeat)
+        if not runs:
+            print(f"{results}: no finished experiment to add", flush=True)
+        for run, group in runs:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                known = store.stored_executions(con)
+                fresh = [e for e in group if (e["experiment_id"], e["repeat"], e["started_unix"]) not in known]
+                if fresh:
+                    store.insert_run(con, {**run, "experiments": len(fresh)}, fresh)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            added += bool(fresh)
+            print(f"{run['source']}: " + (f"run {run['run_id']} added ({len(fresh)} experiment rows)" if fresh else
+                                          f"already in the store (run {run['run_id']}): nothing added"), flush=True)
+    total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    con.close()
+    print(f"{path}: {total} run(s); {added} added now")
+    return 0
+
+
+def load(con) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ok rows with each run's number (1-based, in start order) and label, and every stored step."""
+    tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not {"runs", "experiments", "steps"} <= tables:
+        raise InputError([InputProblem("--store", "tables", "not a tunebench history store (no runs table)",
+                                       "give a store written by `benchmark.py history add`")])
+    rows = store.frame(con, "SELECT e.*, r.label AS run_label, r.started_unix AS run_started, r.source AS source, "
+                            "dense_rank() OVER (ORDER BY r.started_unix, r.run_id) AS run_number "
+                            "FROM experiments e JOIN runs r USING (run_id) ORDER BY run_number, e.started_unix")
+    steps = store.frame(con, "SELECT experiment_id, repeat, started_unix, step, seconds, steady FROM steps")
+    if rows.empty:
+        raise InputError([InputProblem("--store", "runs", "the store holds no run yet",
+                                       "add results first: benchmark.py history add RESULTS")])
+    if "status" in rows.columns:
+        rows = rows[rows["status"].astype(str).str.lower() == "ok"]
+    return rows, steps
+
+
+def _metric_problem(rows: pd.DataFrame, metric: str) -> None:
+    if metric not in rows.columns:
+        numeric = [c for c in rows.columns if c.startswith(("steady_", "scan_mem", "mem_"))][:8]
+        raise InputError([InputProblem("command line", "--metric", f"{metric!r} is not a column of the store",
+                                       f"e.g. {', '.join(numeric)}")])
+
+
+def check(args, path: Path, con) -> int:
+    from tunebench.history.check import check as run_check
+    from tunebench.history.check import describe
+
+    rows, steps = load(con)
+    con.close()
+    _metric_problem(rows, args.metric)
+    min_effects = {args.metric: args.min_effect} if args.min_effect is not None else None
+    findings = run_check(rows, steps, args.metric, min_effects)
+    runs = int(rows["run_number"].max()) if not rows.empty else 0
+    print(f"history check of {path}: {len(findings)} experiment(s) over {runs} run(s), metric {args.metric}")
+    for finding in findings:
+        print("\n".join(describe(finding)))
+    regressions = [f for f in findings if f.regression]
+    print(f"{len(regressions)} experiment(s) whose newest run opened a worse regime")
+    return 1 if regressions else 0
+
+
+def report(args, path: Path, con) -> int:
+    from tunebench.history.report import write_report
+
+    rows, steps = load(con)
+    con.close()
+    _metric_problem(rows, args.metric)
+    out = Path(args.out) if args.out else path.resolve().parent / "history.html"
+    write_report(rows, steps, args.metric, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def export(args, path: Path, con) -> int:
+    folder = Path(args.parquet)
+    own = {"runs.parquet", "experiments.parquet", "steps.parquet"}
+    if folder.exists() and (not folder.is_dir() or {p.name for p in folder.iterdir()} - own):
+        raise InputError([InputProblem("command line", "--parquet", f"{folder} holds other files",
+                                       "give a new or empty folder (tunebench never overwrites what it did not write)")])
+    written = store.export_parquet(con, folder)
+    con.close()
+    print("wrote " + ", ".join(map(str, written)))
+    return 0

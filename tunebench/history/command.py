@@ -1,0 +1,107 @@
+"""`benchmark.py history add|check|report|export`: the results store, its change points, its charts, Parquet.
+
+    history add RESULTS... [--store PATH] [--label TEXT] [--each_repeat]   exit 0; 2 on bad input (nothing written)
+    history check [--store PATH] [--metric M] [--min_effect PCT]          exit 1 when a newest regime is worse
+    history report [--store PATH] [--out FILE.html]
+    history export --parquet DIR [--store PATH]
+
+The store defaults to `<parent of the first RESULTS>/history.duckdb` for `add`, `./history.duckdb` otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import unicodedata
+from pathlib import Path
+
+from tunebench.bounds import Range
+from tunebench.command_line import Parser, option_problems
+from tunebench.errors import InputError, InputProblem
+from tunebench.history import store
+
+logger = logging.getLogger(__name__)
+
+RANGES = {"--min_effect": Range(0, 1000, low_open=True)}
+MAX_LABEL = 200
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="benchmark.py history", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    add = commands.add_parser("add", help="add results folders to the store (a run each)")
+    add.add_argument("results", nargs="+", help="results folders made by benchmark.py")
+    add.add_argument("--label", default=None, help="a label for these runs, e.g. the git ref of the code under test")
+    add.add_argument("--each_repeat", action="store_true", help="each --repeats run of a folder is a run of its own")
+    check = commands.add_parser("check", help="change points; exit 1 when the newest run opened a worse regime")
+    check.add_argument("--metric", default="steady_step_time_median", help="the metric whose series is checked")
+    check.add_argument("--min_effect", type=float, default=None, help="minimum effect in %% (default: compare's, 5)")
+    report = commands.add_parser("report", help="trend charts per experiment, regimes shaded (HTML)")
+    report.add_argument("--out", default=None, help="the HTML file (default: <store folder>/history.html)")
+    report.add_argument("--metric", default="steady_step_time_median")
+    export = commands.add_parser("export", help="the store's tables as Parquet files")
+    export.add_argument("--parquet", required=True, help="folder for runs.parquet, experiments.parquet, steps.parquet")
+    for sub in (add, check, report, export):
+        sub.add_argument("--store", default=None, help="the DuckDB file (default: see the module's help)")
+    return parser
+
+
+def _store_path(args) -> Path:
+    if args.store:
+        return Path(args.store)
+    if args.command == "add":
+        return Path(args.results[0]).resolve().parent / store.FILE_NAME
+    return Path(store.FILE_NAME)
+
+
+def _problems(args, path: Path) -> list[InputProblem]:
+    problems = option_problems(args, RANGES) if args.command == "check" else []
+    if args.command == "add":
+        for results in args.results:
+            if not Path(results).is_dir():
+                problems.append(InputProblem("command line", results, "no such results folder",
+                                             "give folders written by benchmark.py --results_output_path"))
+        label = args.label or ""
+        if len(label) > MAX_LABEL or any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
+            problems.append(InputProblem("command line", "--label", f"at most {MAX_LABEL} printable characters",
+                                         "e.g. --label v1.2.0 or --label $(git rev-parse --short HEAD)"))
+    elif not path.is_file():
+        problems.append(InputProblem("command line", "--store", f"{path} does not exist",
+                                     "give the file `history add` wrote (default <results parent>/history.duckdb)"))
+    if path.exists() and not path.is_file():
+        problems.append(InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file"))
+    return problems
+
+
+def _open(path: Path, read_only: bool):
+    duckdb = __import__("tunebench.history.optional", fromlist=["require"]).require("duckdb", "the history store")
+    try:
+        con = store.connect(path, read_only=read_only)
+        if not read_only:
+            store.ensure_schema(con)
+        return con
+    except (duckdb.Error, ValueError) as exc:
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({exc})".splitlines()[0],
+                                       "give a store written by `benchmark.py history add`, or a new path")]) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    path = _store_path(args)
+    try:
+        if problems := _problems(args, path):
+            raise InputError(problems)
+        from tunebench.history import actions
+
+        return getattr(actions, args.command)(args, path, _open(path, read_only=args.command != "add"))
+    except InputError as exc:
+        print(f"tunebench history: {len(exc.problems)} problem(s); nothing was written:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2

@@ -1,0 +1,81 @@
+"""`history report`: one trend chart per experiment (regimes shaded, each point a link to its run) and the runs table.
+
+Charts are matplotlib SVGs inlined in one HTML file; every point carries a link to its run's row in the table
+below (`#run-N`: label, start, versions, GPU, host, the results folder).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from tunebench.fileio import write_atomic
+from tunebench.history.check import check, describe
+
+logger = logging.getLogger(__name__)
+
+RUN_TABLE = ("run_number", "run_label", "run_started", "tunebench_git_sha", "torch_version", "transformers_version",
+             "cuda_version", "driver_version", "gpu_name", "host_name", "source")
+SHADES = ("#dbe9f6", "#fde2cf")
+
+
+def _chart(finding, metric: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    figure, axis = plt.subplots(figsize=(9, 2.8))
+    for i, (first, end) in enumerate(finding.regimes):
+        axis.axvspan(finding.runs[first] - 0.5, finding.runs[end - 1] + 0.5, color=SHADES[i % 2], lw=0)
+    points = axis.scatter(finding.runs, finding.values, color="#1f4e79", zorder=3, s=22)
+    points.set_urls([f"#run-{r}" for r in finding.runs])
+    axis.plot(finding.runs, finding.values, color="#1f4e79", lw=0.8, zorder=2)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_xlabel("run")
+    axis.set_ylabel(metric)
+    axis.set_title(finding.label, fontsize=10)
+    figure.tight_layout()
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _runs_table(rows: pd.DataFrame) -> str:
+    runs = rows.drop_duplicates("run_number").sort_values("run_number")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in RUN_TABLE)
+    body = []
+    for run in runs.itertuples(index=False):
+        cells = []
+        for column in RUN_TABLE:
+            value = getattr(run, column, "") if hasattr(run, column) else ""
+            if column == "run_started" and isinstance(value, float):
+                value = datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            cells.append(f"<td>{html.escape('' if value is None or value != value else str(value))}</td>")
+        body.append(f'<tr id="run-{run.run_number}">{"".join(cells)}</tr>')
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def render(rows: pd.DataFrame, steps: pd.DataFrame, metric: str) -> str:
+    sections = []
+    for finding in check(rows, steps, metric):
+        words = "<br>".join(html.escape(line) for line in describe(finding))
+        sections.append(f'<section class="{finding.verdict}"><p>{words}</p>{_chart(finding, metric)}</section>')
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto} section{margin:1em 0} "
+             ".regression p{color:#a00} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;"
+             "padding:2px 5px} tr:target{background:#ffefa0}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>tunebench history</title><style>{style}</style>"
+            f"</head><body><h1>History: {html.escape(metric)}</h1>{''.join(sections)}<h2>Runs</h2>"
+            f"{_runs_table(rows)}</body></html>")
+
+
+def write_report(rows: pd.DataFrame, steps: pd.DataFrame, metric: str, out: Path) -> None:
+    write_atomic(out, render(rows, steps, metric))
