@@ -80,62 +80,72 @@ def replay(
     every tag seen so far and before the next fresh one, and since the stale thread set no tag meanwhile, the
     state in force was the one just before that next fresh tag: stale entries are held and applied there.
     """
-    out = Replay()
-    current = allocated_at_start
-    tails = layout.start_tails if layout is not None else 0
-    blocks: dict[int, tuple[int, int]] = {}  # address -> (block bytes, tail bytes) of traced allocations
+    replayer = _Replayer(allocated_at_start, first_tag, last_tag, layout)
     completions = layout is not None and any(e.get("action") == "free_completed" for e in entries)
-    next_tag = first_tag  # the lowest tag whose start value is not yet known
-    newest = None  # highest fresh tag seen so far
-    held: list[int] = []  # deltas of stale entries waiting for the next fresh tag
-
-    def open_until(tag: int) -> None:
-        nonlocal next_tag
-        while next_tag <= tag:
-            out.start_allocated[next_tag] = current
-            out.interval_peak[next_tag] = current
-            out.interval_tails[next_tag] = tails
-            next_tag += 1
-
-    def apply(tag: int, delta: tuple[int, int]) -> None:
-        nonlocal current, tails
-        current += delta[0]
-        tails += delta[1]
-        if current > out.interval_peak[tag]:
-            out.interval_peak[tag] = current
-            out.interval_tails[tag] = tails
-
-    def release_held(until: int) -> None:
-        owner = min(until, last_tag)
-        open_until(owner)
-        for delta in held:
-            apply(owner, delta)
-        held.clear()
-
     for e in entries:
-        delta = _counted(e, layout, blocks, completions)
+        delta = _counted(e, layout, replayer.blocks, completions)
         if delta is None:
             continue
         tag = _parse_tag(e.get("user_metadata") or "", prefix)
-        if tag is not None and not first_tag <= tag <= last_tag:
-            tag = None
-        if newest is None and tag is None:
-            out.before_start += 1  # recorded before the first event: allocated_at_start includes it
-            continue
-        if tag is None or (newest is not None and tag < newest):
-            out.stale += 1
-            held.append(delta)
-            continue
-        if held:
-            release_held(tag - 1)
-        newest = tag
-        open_until(tag)
-        apply(tag, delta)
-        out.entries += 1
-    if held:
-        release_held(last_tag)
-    open_until(last_tag)
-    return out
+        replayer.feed(tag if tag is not None and first_tag <= tag <= last_tag else None, delta)
+    return replayer.finish()
+
+
+class _Replayer:
+    """The running state of one replay (replay's docstring says how tags and stale entries are read)."""
+
+    def __init__(self, allocated_at_start: int, first_tag: int, last_tag: int, layout: BlockLayout | None):
+        self.out = Replay()
+        self.current = allocated_at_start
+        self.tails = layout.start_tails if layout is not None else 0
+        self.blocks: dict[int, tuple[int, int]] = {}  # address -> (block bytes, tail bytes) of traced allocations
+        self.last_tag = last_tag
+        self.next_tag = first_tag  # the lowest tag whose start value is not yet known
+        self.newest: int | None = None  # highest fresh tag seen so far
+        self.held: list[tuple[int, int]] = []  # deltas of stale entries waiting for the next fresh tag
+
+    def feed(self, tag: int | None, delta: tuple[int, int]) -> None:
+        """One counted entry, with its tag (None: untagged or outside the range)."""
+        if self.newest is None and tag is None:
+            self.out.before_start += 1  # recorded before the first event: allocated_at_start includes it
+            return
+        if tag is None or (self.newest is not None and tag < self.newest):
+            self.out.stale += 1
+            self.held.append(delta)
+            return
+        if self.held:
+            self._release_held(tag - 1)
+        self.newest = tag
+        self._open_until(tag)
+        self._apply(tag, delta)
+        self.out.entries += 1
+
+    def finish(self) -> Replay:
+        if self.held:
+            self._release_held(self.last_tag)
+        self._open_until(self.last_tag)
+        return self.out
+
+    def _open_until(self, tag: int) -> None:
+        while self.next_tag <= tag:
+            self.out.start_allocated[self.next_tag] = self.current
+            self.out.interval_peak[self.next_tag] = self.current
+            self.out.interval_tails[self.next_tag] = self.tails
+            self.next_tag += 1
+
+    def _apply(self, tag: int, delta: tuple[int, int]) -> None:
+        self.current += delta[0]
+        self.tails += delta[1]
+        if self.current > self.out.interval_peak[tag]:
+            self.out.interval_peak[tag] = self.current
+            self.out.interval_tails[tag] = self.tails
+
+    def _release_held(self, until: int) -> None:
+        owner = min(until, self.last_tag)
+        self._open_until(owner)
+        for delta in self.held:
+            self._apply(owner, delta)
+        self.held.clear()
 
 
 def _counted(e: dict, layout: BlockLayout | None, blocks: dict, completions: bool) -> tuple[int, int] | None:

@@ -93,45 +93,12 @@ def summarise_trace(trace: dict[str, Any], world_size: int) -> dict[str, Any]:
     events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
     param_comms = [e for e in events if e.get("name") == "record_param_comms"]
     kinds: dict[str, dict[str, Any]] = {}
-
-    def add(kind: str | None, nbytes: int | None, dtype: str | None, seconds: float) -> None:
-        if kind is None:
-            return
-        entry = kinds.setdefault(kind, {"count": 0, "bytes": 0, "dtypes": [], "bytes_by_dtype": {}, "time_s": 0.0})
-        entry["count"] += 1
-        entry["bytes"] += int(nbytes or 0)
-        if dtype and dtype not in entry["dtypes"]:
-            entry["dtypes"].append(dtype)
-        # Per dtype, so gradient traffic (e.g. bf16/fp32) stands apart from integer bookkeeping (DDP's
-        # bucket/unused-parameter syncs, the Trainer's token-count gathers).
-        entry["bytes_by_dtype"][dtype] = entry["bytes_by_dtype"].get(dtype, 0) + int(nbytes or 0)
-        entry["time_s"] += seconds
-
     if param_comms:  # NCCL (and any backend that records param comms): exact sizes from the event args
-        for event in param_comms:
-            args = event.get("args", {})
-            kind = normalise_kind(str(args.get("Collective name", "")))
-            dtype = str(args.get("dtype", ""))
-            size = dtype_bytes(dtype)
-            nelems = max(int(args.get("In msg nelems", 0) or 0), int(args.get("Out msg nelems", 0) or 0))
-            add(kind, nelems * size if size else None, dtype, 0.0)
+        _add_param_comms(kinds, param_comms)
         source = "record_param_comms"
     else:  # gloo: one `gloo:<op>` event per collective, with input shapes and dtype
-        for event in events:
-            name = str(event.get("name", ""))
-            if not name.startswith("gloo:"):
-                continue
-            kind = normalise_kind(name)
-            args = event.get("args", {})
-            dims, types = args.get("Input Dims", []), args.get("Input type", [])
-            dtype = str(types[0]) if types else ""
-            size = dtype_bytes(dtype)
-            numel = _numel(dims[:1]) if dims else 0
-            if kind == "all_gather":
-                numel *= world_size  # gloo records the local shard; the payload is the gathered tensor
-            add(kind, numel * size if size else None, dtype, float(event.get("dur", 0.0)) / 1e6)
+        _add_gloo(kinds, events, world_size)
         source = "gloo"
-
     comm_kernels, compute_kernels = [], []
     for event in events:
         if event.get("cat") != "kernel":
@@ -140,16 +107,7 @@ def summarise_trace(trace: dict[str, Any], world_size: int) -> dict[str, Any]:
         (comm_kernels if "nccl" in str(event.get("name", "")).lower() else compute_kernels).append(span)
     kernel_time = sum(b - a for a, b in comm_kernels) / 1e6
     if comm_kernels and source == "record_param_comms":
-        # NCCL kernel time is attributed to kinds by kernel name (e.g. ncclDevKernel_AllGather_RING_LL).
-        for event in events:
-            name = str(event.get("name", "")).lower()
-            if event.get("cat") == "kernel" and "nccl" in name:
-                for kind, marker in (("all_reduce", "allreduce"), ("all_gather", "allgather"),
-                                     ("reduce_scatter", "reducescatter"), ("broadcast", "broadcast"),
-                                     ("send", "sendrecv"), ("all_to_all", "alltoall")):
-                    if marker in name.replace("_", "") and kind in kinds:
-                        kinds[kind]["time_s"] += float(event.get("dur", 0.0)) / 1e6
-                        break
+        _add_kernel_times(kinds, events)
     total_time = kernel_time if comm_kernels else sum(k["time_s"] for k in kinds.values())
     return {
         "source": source,
@@ -159,6 +117,63 @@ def summarise_trace(trace: dict[str, Any], world_size: int) -> dict[str, Any]:
         "time_s": total_time,
         "exposed_time_s": _exposed(comm_kernels, compute_kernels) / 1e6 if comm_kernels else None,
     }
+
+
+def _add(kinds: dict[str, dict[str, Any]], kind: str | None, nbytes: int | None, dtype: str | None,
+         seconds: float) -> None:
+    """One collective into its kind's entry."""
+    if kind is None:
+        return
+    entry = kinds.setdefault(kind, {"count": 0, "bytes": 0, "dtypes": [], "bytes_by_dtype": {}, "time_s": 0.0})
+    entry["count"] += 1
+    entry["bytes"] += int(nbytes or 0)
+    if dtype and dtype not in entry["dtypes"]:
+        entry["dtypes"].append(dtype)
+    # Per dtype, so gradient traffic (e.g. bf16/fp32) stands apart from integer bookkeeping (DDP's
+    # bucket/unused-parameter syncs, the Trainer's token-count gathers).
+    entry["bytes_by_dtype"][dtype] = entry["bytes_by_dtype"].get(dtype, 0) + int(nbytes or 0)
+    entry["time_s"] += seconds
+
+
+def _add_param_comms(kinds: dict[str, dict[str, Any]], param_comms: list[dict]) -> None:
+    for event in param_comms:
+        args = event.get("args", {})
+        kind = normalise_kind(str(args.get("Collective name", "")))
+        dtype = str(args.get("dtype", ""))
+        size = dtype_bytes(dtype)
+        nelems = max(int(args.get("In msg nelems", 0) or 0), int(args.get("Out msg nelems", 0) or 0))
+        _add(kinds, kind, nelems * size if size else None, dtype, 0.0)
+
+
+def _add_gloo(kinds: dict[str, dict[str, Any]], events: list[dict], world_size: int) -> None:
+    for event in events:
+        name = str(event.get("name", ""))
+        if not name.startswith("gloo:"):
+            continue
+        kind = normalise_kind(name)
+        args = event.get("args", {})
+        dims, types = args.get("Input Dims", []), args.get("Input type", [])
+        dtype = str(types[0]) if types else ""
+        size = dtype_bytes(dtype)
+        numel = _numel(dims[:1]) if dims else 0
+        if kind == "all_gather":
+            numel *= world_size  # gloo records the local shard; the payload is the gathered tensor
+        _add(kinds, kind, numel * size if size else None, dtype, float(event.get("dur", 0.0)) / 1e6)
+
+
+_KERNEL_MARKERS = (("all_reduce", "allreduce"), ("all_gather", "allgather"), ("reduce_scatter", "reducescatter"),
+                   ("broadcast", "broadcast"), ("send", "sendrecv"), ("all_to_all", "alltoall"))
+
+
+def _add_kernel_times(kinds: dict[str, dict[str, Any]], events: list[dict]) -> None:
+    """NCCL kernel time attributed to kinds by kernel name (e.g. ncclDevKernel_AllGather_RING_LL)."""
+    for event in events:
+        name = str(event.get("name", "")).lower()
+        if event.get("cat") == "kernel" and "nccl" in name:
+            for kind, marker in _KERNEL_MARKERS:
+                if marker in name.replace("_", "") and kind in kinds:
+                    kinds[kind]["time_s"] += float(event.get("dur", 0.0)) / 1e6
+                    break
 
 
 def flat_collectives(summary: dict[str, Any] | None, prefix: str = "scan_comm_") -> dict[str, Any]:
