@@ -19,7 +19,7 @@ from tunebench.command_line import MAX_COUNT, SECONDS, Parser
 from tunebench.errors import InputProblem
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.launchers import LAUNCHERS
-from tunebench.telemetry.trackers import TRACKERS
+from tunebench.telemetry.trackers import ALWAYS, TRACKERS
 from tunebench.vocabulary import Device, Executor
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def _run_options(opt) -> None:
 
 def _telemetry_options(opt) -> None:
     opt("--trackers", nargs="+", choices=TRACKERS.names(), default=None, metavar="NAME",
-        help=f"harness trackers to add (host_load is always on): {', '.join(TRACKERS.names())}")
+        help=f"harness trackers to add ({' and '.join(ALWAYS)} always on): {', '.join(TRACKERS.names())}")
     opt("--log_nvidia_smi", action="store_true", help="nvidia-smi sidecar per experiment (= `--memory_logging` "
         "with `nvidia`): a separate poller restricted to the experiment's GPUs, baseline subtracted, always reaped")
     opt("--log_memory_hf", action="store_true", help="HF `skip_memory_metrics=False` columns (costs ~4%% throughput)")

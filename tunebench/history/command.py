@@ -78,9 +78,16 @@ def _open(path: Path, read_only: bool):
     duckdb = __import__("tunebench.history.optional", fromlist=["require"]).require("duckdb", "the history store")
     try:
         con = store.connect(path, read_only=read_only)
-        if not read_only:
-            store.ensure_schema(con)
+        try:
+            if not read_only:
+                store.ensure_schema(con)
+        except BaseException:
+            con.close()
+            raise
         return con
+    except TimeoutError as exc:
+        raise InputError([InputProblem(str(path), "--store", str(exc), "try again when the other writer is done")]) \
+            from None
     except (duckdb.Error, ValueError) as exc:
         raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({exc})".splitlines()[0],
                                        "give a store written by `benchmark.py history add`, or a new path")]) from None
@@ -99,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(problems)
         from tunebench.history import actions
 
-        return getattr(actions, args.command)(args, path, _open(path, read_only=args.command != "add"))
+        con = _open(path, read_only=args.command != "add")
+        try:
+            return getattr(actions, args.command)(args, path, con)
+        finally:
+            con.close()  # a second close is harmless: the actions close as soon as they are done
     except InputError as exc:
         print(f"tunebench history: {len(exc.problems)} problem(s); nothing was written:", file=sys.stderr)
         for problem in exc.problems:

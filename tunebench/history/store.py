@@ -9,8 +9,9 @@ Tables (README "History"):
   every other column (text, arguments) VARCHAR; a column first seen in a later run is added then.
 * `steps`: every optimizer step of every execution (seconds, tokens, steady or not).
 
-DuckDB lets one process write a database file at a time: a writer that finds it locked waits (up to `wait_s`),
-so concurrent `history add` commands queue rather than fail; a run is one transaction, so a writer killed midway
+DuckDB lets one process write a database file at a time: writers take turns through a flock on `<store>.lock`
+(held while its connection is open) and readers retry while a writer holds the file (up to `wait_s` each), so
+concurrent `history add` commands queue rather than fail; a run is one transaction, so a writer killed midway
 leaves the store as it was (DuckDB's write-ahead log replays only committed transactions).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -46,16 +48,53 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S):
+class Connection:
+    """A DuckDB connection that, for a writer, holds the flock on `<store>.lock` until it is closed."""
+
+    def __init__(self, connection, descriptor: int | None):
+        self._connection, self._descriptor = connection, descriptor
+
+    def __getattr__(self, name: str):
+        return getattr(self._connection, name)
+
+    def close(self) -> None:
+        """Close the connection, then let the next writer in (idempotent)."""
+        self._connection.close()
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # releases the flock
+            self._descriptor = None
+
+
+def _writer_lock(path: Path, deadline: float) -> int:
+    """An exclusive flock on `<store>.lock`: writers take turns, and none opens a store another is still creating
+    (DuckDB refuses a half-written file rather than waiting for it). Returns the descriptor that holds it."""
+    import fcntl
+
+    descriptor = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return descriptor
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(descriptor)
+                raise TimeoutError(f"{path}: another writer held the store for more than {WAIT_S:.0f} s") from None
+            time.sleep(0.05)
+
+
+def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S) -> Connection:
     """A connection to the store, waiting while another process holds it (DuckDB allows one writer process)."""
     duckdb = require("duckdb", "the history store")
     deadline = time.monotonic() + wait_s
+    descriptor = None if read_only else _writer_lock(path, deadline)
     delay = 0.05
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return Connection(duckdb.connect(str(path), read_only=read_only), descriptor)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                if descriptor is not None:
+                    os.close(descriptor)
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -146,8 +185,6 @@ def frame(con, query: str, parameters: list | None = None):
 
 def export_parquet(con, folder: Path) -> list[Path]:
     """Each table as <folder>/<table>.parquet (DuckDB's writer), each written to a temporary name and renamed."""
-    import os
-
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for table in ("runs", "experiments", "steps"):
