@@ -142,7 +142,8 @@ def test_no_import_cycles(folder):
 # tunebench's layers, top to bottom, as the data flows (README "Data flow"): a module imports only from its own
 # layer or the ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design
 # that points up). Root modules (errors, fileio, lifetime) are the base.
-LAYERS = ("tune", "cli", "history", "tuning", "api", "matrix", "execution", "planning", "verify", "results", "experiment", "telemetry", "base")
+LAYERS = ("cli", "history", "tuning", "api", "matrix", "execution", "planning", "verify", "results", "experiment",
+          "telemetry", "base")
 
 
 def _layer(module: str) -> str:
@@ -207,3 +208,26 @@ def test_modules_stay_small(folder):
         and str(path.relative_to(ROOT)) not in OVERSIZED
     }
     assert too_long == {}, f"modules over {MAX_LINES} lines (split them, or say why in OVERSIZED): {too_long}"
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def _long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`name (lines)` of every function or method in the file longer than `limit` lines, decorators aside."""
+    tree = ast.parse(path.read_text())
+    return [f"{node.name} ({node.end_lineno - node.lineno + 1})" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_the_function_length_check_finds_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(f'"""m."""\n\ndef long():\n{body}\n\n\ndef short():\n    return 1\n')
+    assert _long_functions(tmp_path / "m.py") == [f"long ({MAX_FUNCTION_LINES + 1})"]
+
+
+@pytest.mark.parametrize("folder", PACKAGES)
+def test_functions_stay_short(folder):
+    """A function longer than a screen does several things: each gets its name."""
+    found = {str(path.relative_to(ROOT)): long for path in _modules(folder).values() if (long := _long_functions(path))}
+    assert found == {}, f"functions over {MAX_FUNCTION_LINES} lines: {found}"

@@ -209,6 +209,44 @@ def _sample_notes(metric_cols: list[str], comparison: list[dict], sources: tuple
     return notes
 
 
+class _Judge:
+    """Every finding of one comparison, experiment key by experiment key: missing, new, failed, the changed
+    arguments, and each metric's verdict."""
+
+    def __init__(self, keys, labels, metric_cols, arg_cols, allow_missing, overrides, sides):
+        self.keys, self.labels, self.metric_cols, self.arg_cols = keys, labels, metric_cols, arg_cols
+        self.allow_missing, self.overrides, self.sides = allow_missing, overrides, sides
+        self.findings: list[dict] = []
+        self.comparison: list[dict] = []
+        self.changed: list[dict] = []
+
+    def key(self, key, identity: dict, r: pd.Series | None, n: pd.Series | None) -> None:
+        ident = {"label": self.labels[key], **identity}
+        if n is None:
+            self.findings.append({**ident, "kind": "missing", "regression": not self.allow_missing,
+                                  "status_reference": r["_status"]})
+            return
+        if r is None:  # no reference: only a failure counts
+            failed = n["_status"] not in (OK, SKIPPED)
+            self.findings.append({**ident, "kind": "failed" if failed else "new", "regression": failed,
+                                  "status_new": n["_status"], "error": n["_error"]})
+            return
+        status = _status_finding(r, n)
+        if status:
+            self.findings.append({**ident, "status_reference": r["_status"], "status_new": n["_status"], **status})
+        pair = [{"label": self.labels[key], "argument": a, "reference": canonical(r[f"{a}__arg"]),
+                 "new": canonical(n[f"{a}__arg"])}
+                for a in self.arg_cols if canonical(r[f"{a}__arg"]) != canonical(n[f"{a}__arg"])]
+        self.changed += pair
+        for m in self.metric_cols:
+            rule = rules.rule_for(m, *self.overrides)
+            row = {**ident, **_metric_row(m, r, n, rule, self.sides)}
+            self.comparison.append(row)
+            if row["verdict"] in FLAGGED:
+                self.findings.append({**row, "kind": row["verdict"], "regression": row["verdict"] == "regression",
+                                      "why": _why(pair, r, n)})
+
+
 def compare_frames(
     reference: pd.DataFrame,
     results: pd.DataFrame,
@@ -247,60 +285,28 @@ def compare_frames(
         notes.append("a CSV has no `status` column: its rows are taken as ok")
 
     union = pd.concat([g_ref[keys], g_new[keys].loc[~g_new.index.isin(g_ref.index)]])
-    labels = experiment_labels(union, keys)
-    findings, comparison, changed = [], [], []
-    sides = (sampled.Sides(reference_samples, "reference"), sampled.Sides(results_samples, "results"))
+    judge = _Judge(keys, experiment_labels(union, keys), metric_cols, arg_cols, allow_missing,
+                   (thresholds, directions, min_effects),
+                   (sampled.Sides(reference_samples, "reference"), sampled.Sides(results_samples, "results")))
     for key in union.index:
-        ident = {"label": labels[key], **union.loc[key, keys].to_dict()}
-        if key not in g_new.index:
-            r_status = g_ref.at[key, "_status"]
-            findings.append(
-                {**ident, "kind": "missing", "regression": not allow_missing, "status_reference": r_status}
-            )
-            continue
-        n = g_new.loc[key]
-        if key not in g_ref.index:  # no reference: only a failure counts
-            failed = n["_status"] not in (OK, SKIPPED)
-            findings.append({**ident, "kind": "failed" if failed else "new", "regression": failed,
-                             "status_new": n["_status"], "error": n["_error"]})  # fmt: skip
-            continue
-        r = g_ref.loc[key]
-        status = _status_finding(r, n)
-        if status:
-            findings.append({**ident, "status_reference": r["_status"], "status_new": n["_status"], **status})
-        pair = [
-            {"label": labels[key], "argument": a, "reference": canonical(r[f"{a}__arg"]),
-             "new": canonical(n[f"{a}__arg"])}
-            for a in arg_cols
-            if canonical(r[f"{a}__arg"]) != canonical(n[f"{a}__arg"])
-        ]  # fmt: skip
-        changed += pair
-        for m in metric_cols:
-            rule = rules.rule_for(m, thresholds, directions, min_effects)
-            row = {**ident, **_metric_row(m, r, n, rule, sides)}
-            comparison.append(row)
-            if row["verdict"] in FLAGGED:
-                findings.append({**row, "kind": row["verdict"], "regression": row["verdict"] == "regression",
-                                 "why": _why(pair, r, n)})  # fmt: skip
-    notes += _sample_notes(metric_cols, comparison, sample_sources)
+        judge.key(key, union.loc[key, keys].to_dict(), g_ref.loc[key] if key in g_ref.index else None,
+                  g_new.loc[key] if key in g_new.index else None)
+    notes += _sample_notes(metric_cols, judge.comparison, sample_sources)
+    return _result(judge, keys, notes, _environment_diff(reference, results))
 
-    outliers = pd.DataFrame(findings).reindex(columns=["label", *keys, *OUTLIER_COLUMNS])
-    # Worst first, so the top of outliers.csv and of every table is what broke the build.
-    outliers = outliers.sort_values(
-        "kind", key=lambda k: k.map(KIND_ORDER.index), kind="stable", ignore_index=True
-    )
+
+def _result(judge: _Judge, keys: list[str], notes: list[str], environment) -> CompareResult:
+    """The comparison's findings, worst first (the top of outliers.csv and of every table is what broke the
+    build), with its Markdown."""
+    outliers = pd.DataFrame(judge.findings).reindex(columns=["label", *keys, *OUTLIER_COLUMNS])
+    outliers = outliers.sort_values("kind", key=lambda k: k.map(KIND_ORDER.index), kind="stable",
+                                    ignore_index=True)
     outliers["regression"] = outliers["regression"].astype(bool)
     result = CompareResult(
-        exit_code=1 if outliers["regression"].any() else 0,
-        markdown="",
-        comparison=pd.DataFrame(comparison),
+        exit_code=1 if outliers["regression"].any() else 0, markdown="", comparison=pd.DataFrame(judge.comparison),
         outliers=outliers,
-        changed_arguments=pd.DataFrame(changed, columns=["label", "argument", "reference", "new"]),
-        keys=keys,
-        notes=notes,
-        environment=_environment_diff(reference, results),
-    )
-
+        changed_arguments=pd.DataFrame(judge.changed, columns=["label", "argument", "reference", "new"]),
+        keys=keys, notes=notes, environment=environment)
     result.markdown = render_markdown(result)
     return result
 

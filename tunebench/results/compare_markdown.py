@@ -35,117 +35,61 @@ def _threshold_cell(row) -> str:
     return f"{row.threshold_pct:g} %"
 
 
+KINDS = ("regression", "failed", "missing", "unstable", "improvement", "fixed", "new")
+METRIC_HEADERS = ["experiment", "metric", "reference", "new", "change", "threshold", "noise band", "test",
+                  "why it moved"]
+
+
 def render_markdown(result: CompareResult) -> str:
     """Summary for $GITHUB_STEP_SUMMARY: verdict, counts, then one table per non-empty finding kind."""
     out = result.outliers
     n_reg = int(out["regression"].sum())
-    by_kind = {
-        kind: out[out["kind"] == kind]
-        for kind in ("regression", "failed", "missing", "unstable", "improvement", "fixed", "new")
-    }
+    by_kind = {kind: out[out["kind"] == kind] for kind in KINDS}
     verdict = f"❌ {n_reg} regression(s)" if n_reg else "✅ no regression"
-    parts = [f"## tunebench comparison: {verdict}", ""]
-    counts = [
-        [
-            len(by_kind["regression"]),
-            len(by_kind["failed"]),
-            len(by_kind["missing"]),
-            len(by_kind["improvement"]) + len(by_kind["fixed"]),
-            len(by_kind["new"]),
-            len(result.changed_arguments),
-            len(by_kind["unstable"]),
-        ]
-    ]
-    parts += [
-        _md_table(
-            ["metric regressions", "failed", "missing", "improvements", "new", "changed arguments",
-             "unstable (not failing)"], counts
-        ),
-        "",
-    ]
+    counts = [[len(by_kind["regression"]), len(by_kind["failed"]), len(by_kind["missing"]),
+               len(by_kind["improvement"]) + len(by_kind["fixed"]), len(by_kind["new"]),
+               len(result.changed_arguments), len(by_kind["unstable"])]]
+    parts = [f"## tunebench comparison: {verdict}", "",
+             _md_table(["metric regressions", "failed", "missing", "improvements", "new", "changed arguments",
+                        "unstable (not failing)"], counts), ""]
     parts.append(f"Join keys: {', '.join(f'`{k}`' for k in result.keys)}")
     parts += [f"- {note}" for note in result.notes] + [""]
-
-    def metric_rows(df):
-        return [
-            [
-                r.label,
-                r.metric,
-                rules.format_value(r.metric, r.reference),
-                rules.format_value(r.metric, r.new),
-                signed_pct(r.delta_pct),
-                _threshold_cell(r),
-                band_text(r),
-                interval_text(r),
-                r.why,
-            ]
-            for r in df.itertuples()
-        ]
-
-    metric_headers = ["experiment", "metric", "reference", "new", "change", "threshold", "noise band", "test",
-                      "why it moved"]
-    if len(by_kind["regression"]):
-        parts += ["### Regressions", _md_table(metric_headers, metric_rows(by_kind["regression"])), ""]
-    if len(by_kind["unstable"]):
-        rows = [[r.label, r.metric, rules.format_value(r.metric, r.reference), rules.format_value(r.metric, r.new),
-                 signed_pct(r.delta_pct), interval_text(r, with_detail=False), r.detail, r.why]
-                for r in by_kind["unstable"].itertuples()]  # fmt: skip
-        parts += [
-            "### Unstable (too noisy to tell; not a regression)",
-            _md_table(["experiment", "metric", "reference", "new", "change", "test", "why unstable",
-                       "why it moved"], rows),
-            "",
-        ]
-    if len(by_kind["failed"]):
-        rows = [
-            [
-                r.label,
-                r.status_new,
-                r.status_reference,
-                "yes" if r.regression else f"no ({r.detail})",
-                r.error,
-            ]
-            for r in by_kind["failed"].itertuples()
-        ]
-        parts += [
-            "### Failed",
-            _md_table(["experiment", "status", "reference status", "regression", "error"], rows),
-            "",
-        ]
-    if len(by_kind["missing"]):
-        rows = [
-            [r.label, r.status_reference, "yes" if r.regression else "no (--allow_missing)"]
-            for r in by_kind["missing"].itertuples()
-        ]
-        parts += [
-            "### Missing from results",
-            _md_table(["experiment", "reference status", "regression"], rows),
-            "",
-        ]
-    if len(by_kind["improvement"]) or len(by_kind["fixed"]):
-        rows = metric_rows(by_kind["improvement"])
-        rows += [
-            [r.label, "status", r.status_reference, r.status_new, "fixed", "", "", "", ""]
-            for r in by_kind["fixed"].itertuples()
-        ]
-        parts += ["### Improvements", _md_table(metric_headers, rows), ""]
-    if len(by_kind["new"]):
-        rows = [[r.label, r.status_new] for r in by_kind["new"].itertuples()]
-        parts += ["### New experiments without reference", _md_table(["experiment", "status"], rows), ""]
-    if len(result.changed_arguments):
-        parts += [
-            "### Changed arguments",
-            _md_table(
-                ["experiment", "argument", "reference", "new"], result.changed_arguments.values.tolist()
-            ),
-            "",
-        ]
-    if result.environment:
-        parts += [
-            "### Environment differences",
-            _md_table(["column", "reference", "results"], [list(e) for e in result.environment]),
-            "",
-        ]
+    for title, headers, rows in _sections(result, by_kind):
+        if rows:
+            parts += [f"### {title}", _md_table(headers, rows), ""]
     if result.files:
         parts.append("Files: " + ", ".join(f"`{p.name}`" for p in result.files))
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _metric_rows(df: pd.DataFrame) -> list[list]:
+    return [[r.label, r.metric, rules.format_value(r.metric, r.reference), rules.format_value(r.metric, r.new),
+             signed_pct(r.delta_pct), _threshold_cell(r), band_text(r), interval_text(r), r.why]
+            for r in df.itertuples()]
+
+
+def _sections(result: CompareResult, by_kind: dict[str, pd.DataFrame]) -> list[tuple[str, list[str], list[list]]]:
+    """(title, headers, rows) of each finding's table, in the summary's order; empty rows leave a table out."""
+    unstable = [[r.label, r.metric, rules.format_value(r.metric, r.reference), rules.format_value(r.metric, r.new),
+                 signed_pct(r.delta_pct), interval_text(r, with_detail=False), r.detail, r.why]
+                for r in by_kind["unstable"].itertuples()]
+    failed = [[r.label, r.status_new, r.status_reference, "yes" if r.regression else f"no ({r.detail})", r.error]
+              for r in by_kind["failed"].itertuples()]
+    missing = [[r.label, r.status_reference, "yes" if r.regression else "no (--allow_missing)"]
+               for r in by_kind["missing"].itertuples()]
+    improved = _metric_rows(by_kind["improvement"]) + [
+        [r.label, "status", r.status_reference, r.status_new, "fixed", "", "", "", ""]
+        for r in by_kind["fixed"].itertuples()]
+    return [
+        ("Regressions", METRIC_HEADERS, _metric_rows(by_kind["regression"])),
+        ("Unstable (too noisy to tell; not a regression)",
+         ["experiment", "metric", "reference", "new", "change", "test", "why unstable", "why it moved"], unstable),
+        ("Failed", ["experiment", "status", "reference status", "regression", "error"], failed),
+        ("Missing from results", ["experiment", "reference status", "regression"], missing),
+        ("Improvements", METRIC_HEADERS, improved),
+        ("New experiments without reference", ["experiment", "status"],
+         [[r.label, r.status_new] for r in by_kind["new"].itertuples()]),
+        ("Changed arguments", ["experiment", "argument", "reference", "new"],
+         result.changed_arguments.values.tolist()),
+        ("Environment differences", ["column", "reference", "results"], [list(e) for e in result.environment]),
+    ]

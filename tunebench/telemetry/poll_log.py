@@ -143,29 +143,16 @@ def summarize_poll_log(
     utils: list[float | None] = []
     energies: list[float | None] = []
     for i, uuid in enumerate(uuids):
-        samples = frame[frame["uuid"] == uuid]
-        if samples.empty:
-            logger.warning("%s: no samples for GPU %s (cuda:%d)", poll_csv, uuid, i)
+        found = _one_gpu(poll_csv, frame[frame["uuid"] == uuid], uuid, i, baseline_mib.get(uuid), energy_window)
+        if found is None:
             peaks.append(None)
             utils.append(None)
             energies.append(None)
             continue
-        baseline = baseline_mib.get(uuid)
-        if baseline is None:
-            logger.warning("%s: no baseline for GPU %s: its peak is not calibrated", poll_csv, uuid)
-            baseline = 0.0
-        peak = float(samples["memory.used"].max()) - float(baseline)
-        if peak < 0:
-            # Another process released memory during the run; the experiment cannot have used < 0.
-            logger.warning(
-                "%s: GPU %s peak is below its baseline by %.0f MiB; reporting 0", poll_csv, uuid, -peak
-            )
-            peak = 0.0
-        summary[MEM_GPU_COL.format(i)] = peak
-        peaks.append(peak)
-        util = samples["utilization.gpu"].mean()
-        utils.append(None if math.isnan(util) else float(util))
-        energies.append(_energy_joules(samples, energy_window))
+        summary[MEM_GPU_COL.format(i)] = found[0]
+        peaks.append(found[0])
+        utils.append(found[1])
+        energies.append(found[2])
 
     if peaks and None not in peaks:
         summary[MEM_MEAN_COL] = float(np.mean(peaks))
@@ -177,3 +164,21 @@ def summarize_poll_log(
         if nonpad_tokens:
             summary[ENERGY_PER_TOKEN_COL] = summary[ENERGY_COL] / nonpad_tokens
     return summary
+
+
+def _one_gpu(poll_csv: Path, samples: pd.DataFrame, uuid: str, index: int, baseline: float | None,
+             energy_window: tuple[float, float] | None) -> tuple[float, float | None, float | None] | None:
+    """(calibrated peak MiB, mean utilisation, energy J) of one GPU's samples; None when it has none."""
+    if samples.empty:
+        logger.warning("%s: no samples for GPU %s (cuda:%d)", poll_csv, uuid, index)
+        return None
+    if baseline is None:
+        logger.warning("%s: no baseline for GPU %s: its peak is not calibrated", poll_csv, uuid)
+        baseline = 0.0
+    peak = float(samples["memory.used"].max()) - float(baseline)
+    if peak < 0:
+        # Another process released memory during the run; the experiment cannot have used < 0.
+        logger.warning("%s: GPU %s peak is below its baseline by %.0f MiB; reporting 0", poll_csv, uuid, -peak)
+        peak = 0.0
+    util = samples["utilization.gpu"].mean()
+    return peak, None if math.isnan(util) else float(util), _energy_joules(samples, energy_window)
