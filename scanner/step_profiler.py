@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from .atomic import atomic_via_tmp
 from .collectives import summarise_trace
 from .kernel_split import kernel_rows, marker_name, summarise_kernels, write_rows
 from .kernels import attention_summary
-from .outputs import UMASK
 
 logger = logging.getLogger(__name__)
 
@@ -69,26 +69,17 @@ class StepProfiler:
         return collectives, attention, written, self._kernel_split(trace)
 
     def _export(self) -> tuple[dict[str, Any], str | None]:
-        # The trace is exported beside its destination (os.replace cannot cross filesystems); with no
-        # destination, into the system's temp folder, read and removed.
-        folder = os.path.dirname(os.path.abspath(self.trace_path)) if self.trace_path else None
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".json", prefix=".scan-trace-", dir=folder)
-        os.close(fd)
-        try:
-            self.profiler.export_chrome_trace(tmp)
-            with open(tmp) as handle:
-                trace: dict[str, Any] = json.load(handle)
-            written = None
-            if self.trace_path:
-                os.chmod(tmp, 0o666 & ~UMASK)
-                os.replace(tmp, self.trace_path)
-                written = self.trace_path
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return trace, written
+        """The trace as a dict, and where it was written: the user's path (atomically, scanner.atomic), else a
+        scratch folder that is removed."""
+        if self.trace_path:
+            atomic_via_tmp(self.trace_path, self.profiler.export_chrome_trace)
+            with open(self.trace_path) as handle:
+                return json.load(handle), self.trace_path
+        with tempfile.TemporaryDirectory(prefix="scan-trace-") as folder:
+            path = os.path.join(folder, "trace.json")
+            self.profiler.export_chrome_trace(path)
+            with open(path) as handle:
+                return json.load(handle), None
 
     def _kernel_split(self, trace: dict[str, Any]) -> dict | None:
         """The kernel split, or a note saying why there is none; never raises (the step's other figures stand)."""

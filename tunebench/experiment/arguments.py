@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tunebench.experiment.quantization import INT8_THRESHOLD
+from tunebench.vocabulary import PeftMethod
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class DataArguments:
 
 @dataclass
 class PeftArguments:
-    peft_method: Literal["none", "lora", "prompt-tuning"] = field(
+    peft_method: PeftMethod = field(
         default="none", metadata={"help": "parameter-efficient fine-tuning method"})
     r: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator (scale = lora_alpha / r)"})

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scanner.atomic import atomic_via_tmp
 from tunebench.history.optional import require
 from tunebench.results import columns as registry
 from tunebench.results.compare_rules import canonical
@@ -189,8 +190,7 @@ def export_parquet(con, folder: Path) -> list[Path]:
     written = []
     for table in ("runs", "experiments", "steps"):
         target = folder / f"{table}.parquet"
-        temporary = folder / f".{table}.parquet.tmp"
-        con.execute(f"COPY (SELECT * FROM {table}) TO '{str(temporary).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
-        os.replace(temporary, target)
+        atomic_via_tmp(target, lambda temporary, table=table: con.execute(
+            f"COPY (SELECT * FROM {table}) TO '{str(temporary).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)"))
         written.append(target)
     return written
