@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.failures import classify, last_traceback
 from tunebench.execution.launchers import choose, command_script
@@ -159,3 +161,18 @@ def test_killed_rank_is_the_root_cause_not_its_peers_error(tmp_path):
     assert status == "error"
     assert message.startswith("rank 1 was killed by signal SIGKILL")
     assert "Connection closed by peer" in message
+
+
+@pytest.mark.slow
+def test_a_harness_started_by_another_harness_survives_its_inherited_preload_variable(tmp_path):
+    """A harness started from inside another (bisect's runs, a test process that ran cli.main) inherits the outer
+    harness's TUNEBENCH_HARNESS_PID. Only the preload server may act on it: the inner harness once imported the
+    server's guard itself, found its parent was not that pid and exited 1 without a word."""
+    from harness_fixtures import REPO, tiny_scenario, write_inputs
+
+    options = write_inputs(tmp_path, [tiny_scenario("inherited", max_steps=4)])
+    env = {**os.environ, "TUNEBENCH_HARNESS_PID": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "benchmark.py", *options, "--results_output_path", str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ok" in (tmp_path / "out" / "raw_summary.csv").read_text()

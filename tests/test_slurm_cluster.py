@@ -228,6 +228,14 @@ def test_a_real_sbatch_round_trip(tmp_path, capsys, real_slurm):
     folder = tmp_path / "slurm" / f"{slurm['scenario']}_{slurm['experiment_id']}"
     (submitted,) = (folder / "slurm").glob("*_submitted.pkl")
     job_id = submitted.name.split("_")[0]
-    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    # The job's result reaches submitit before its process has exited and slurmd has finished it (RUNNING, then
+    # COMPLETING): its final state is asked for until it has one.
+    deadline, started = time.monotonic() + 60, time.monotonic()
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+        if not any(f"JobState={s}" in shown for s in ("RUNNING", "COMPLETING")) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    print(f"final job state after {time.monotonic() - started:.1f} s")
     assert f"JobName=tunebench-{folder.name}" in shown and "Comment=tunebench-test" in shown
-    assert "JobState=COMPLETED" in shown
+    assert "JobState=COMPLETED" in shown, shown

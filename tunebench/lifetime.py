@@ -16,6 +16,9 @@ import signal
 import sys
 from collections.abc import Callable
 
+# The harness's pid, for its preload forkserver to die with (tunebench.execution.forkserver_guard reads it there;
+# no other process acts on it: an inherited value names another process's harness).
+HARNESS_PID_ENV = "TUNEBENCH_HARNESS_PID"
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>

@@ -34,6 +34,7 @@ def main() -> int:
     if cpu:
         common.update(torch_dtype="float32", bf16=False, max_seq_len=128, synthetic_num_samples=256)
     sys.path.insert(0, str(REPO))
+    from tunebench.execution.executors.local import LocalSettings
     from tunebench.execution.experiment_run import RunOptions
     from tunebench.execution.runner import run_matrix
     from tunebench.matrix.expansion import Matrices, expand
@@ -50,8 +51,8 @@ def main() -> int:
     assert not problems, problems
     experiments = typed(experiments, cuda_here=not cpu)
     gpus = [] if cpu else [0, 1]
-    rows = run_matrix(experiments, RunOptions(output_dir=out / "results", max_concurrent=2, cpu_slots=2,
-                                              available_gpus=gpus, resume=False, timeout_seconds=1800))
+    rows = run_matrix(experiments, RunOptions(output_dir=out / "results", settings=(LocalSettings(max_concurrent=2),),
+                                              cpu_slots=2, available_gpus=gpus, resume=False, timeout_seconds=1800))
     frame = pd.DataFrame(rows)
     spans = frame[["experiment_start_unix", "experiment_end_unix", "num_gpus"]]
     slot_seconds = float(((spans.experiment_end_unix - spans.experiment_start_unix) * spans.num_gpus).sum())

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 
-from tunebench.lifetime import die_with_parent
+from tunebench.lifetime import HARNESS_PID_ENV, die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,6 @@ class PreloadServer:
 
     def _server(self):
         if self._context is None:
-            from tunebench.execution.forkserver_guard import HARNESS_PID_ENV
-
             os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
             self._context = multiprocessing.get_context("forkserver")
             self._context.set_forkserver_preload(PRELOAD_MODULES)
