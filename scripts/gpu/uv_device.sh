@@ -2,6 +2,8 @@
 # One device call of the U (projection) and V (history) evidence, in steps that fit 600 s each:
 #   STEP=h100-a bash scripts/gpu/uv_device.sh   # peaks; U's rows without bitsandbytes; V's runs 1-3
 #   STEP=h100-b bash scripts/gpu/uv_device.sh   # V's runs 4 (co-tenant) and 5; U's QLoRA rows (bitsandbytes)
+#   STEP=h100-v / STEP=h100-q                      # h100-b's two halves, one device call each (carry limit:
+#                                                  # .whl-v and .whl-bnb together exceed 64 MiB)
 #   STEP=h200   bash scripts/gpu/uv_device.sh   # peaks; U's rows without, then with bitsandbytes
 # Wheels: .whl (trl, datasets, dill, multiprocess), .whl-v (duckdb, ruptures), .whl-bnb (bitsandbytes), each
 # installed into .site/<name> (an ignored folder: on a warm machine the next call finds it there).
@@ -11,7 +13,7 @@
 # $OUT gets u-<step>.tgz (projection_evidence's files: gpus.csv, peaks.json, log.txt, results.tgz, kernels-*.tgz)
 # and v-<step>.tgz (history_evidence's files), and step.log.
 set -uo pipefail
-step=${STEP:?STEP=h100-a|h100-b|h200}
+step=${STEP:?STEP=h100-a|h100-b|h100-v|h100-q|h200}
 out=${OUT:-/tmp/uv-out}
 mkdir -p "$out" .site
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false \
@@ -67,6 +69,15 @@ case "$step" in
     log "V runs 4-5: exit $?"
     export PYTHONPATH="$base:$PWD/.site/.whl-bnb"
     u_pass 240 $QUANT
+    u_pack
+    ;;
+  h100-v)
+    RUNS="4 5" PREVIOUS=.hist-prev bash scripts/gpu/history_evidence.sh .work/v-out > .work/v-log.txt 2>&1
+    log "V runs 4-5: exit $?"
+    ;;
+  h100-q)
+    export PYTHONPATH="$base:$PWD/.site/.whl-bnb"
+    u_pass 300 $QUANT
     u_pack
     ;;
   h200)
