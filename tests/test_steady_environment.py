@@ -153,6 +153,12 @@ def test_explain_names_what_moved_and_nothing_else():
         "other processes on the GPU 0 → 1 (burner (pid 7, 1.0 GiB))", "SM clock 1980 → 1755 MHz",
         "clock event reasons none → sw_thermal_slowdown", "GPU temperature 60 → 81 °C", "power cap 700 → 500 W",
         "host load 0.10 → 1.60 per core", "CPU governor performance → powersave"]
+    # Seen on the H100 (docs/evidence/history-h100.md): a power cap that comes and goes before and after is no cause;
+    # a reason new in the newer group is, with both groups' reasons as sets.
+    capped = [summary.group_view([{"gpu_clock_event_reasons": r} for r in rs])
+              for rs in (["none", "sw_power_cap"], ["sw_power_cap"], ["sw_power_cap+hw_slowdown", "none"])]
+    assert summary.explain(capped[0], capped[1]) == [] and summary.explain(capped[1], capped[0]) == []
+    assert summary.explain(capped[0], capped[2]) == ["clock event reasons sw_power_cap → hw_slowdown+sw_power_cap"]
     hidden = summary.group_view([{"gpu_other_processes": 0, "gpu_memory_used_before_mib": 700}])
     assert summary.explain(summary.group_view([{"gpu_memory_used_before_mib": 4}]), hidden) == [
         "GPU memory in use before the start 4 → 700 MiB"]

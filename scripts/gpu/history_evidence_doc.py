@@ -1,6 +1,7 @@
 """Turns the files scripts/gpu/history_evidence.sh returned into docs/evidence/history-h100.md (offline, no GPU).
 
 Usage: python scripts/gpu/history_evidence_doc.py CALL1_DIR [CALL2_DIR ...] [--out docs/evidence/history-h100.md]
+       [--notes NOTES.md]   (hand-written findings, placed after the acceptance)
 
 Each CALL_DIR holds one device call's files (runs-*.tgz, checks.txt, harness.log, cotenant.log, gpus.txt). The runs
 are rebuilt into a fresh store (history add, in run order), `history check` is run on it again here after each
@@ -63,7 +64,7 @@ def table(runs: list[Path]) -> str:
     frames = []
     for run in runs:
         frame = pd.read_csv(run / "raw_summary.csv")
-        frame = frame.assign(run=int(run.name.removeprefix("run")))
+        frame = frame.copy().assign(run=int(run.name.removeprefix("run")))
         frames.append(frame[frame["status"] == "ok"])
     data = pd.concat(frames, ignore_index=True).copy()
     data["experiment"] = data["scenario"] + " / " + data["framework_config"].fillna("none").astype(str)
@@ -101,6 +102,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("calls", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=REPO / "docs/evidence/history-h100.md")
+    parser.add_argument("--notes", type=Path, help="a Markdown file of findings, placed after the acceptance")
     args = parser.parse_args()
     last = args.calls[-1]
     with tempfile.TemporaryDirectory() as temporary:
@@ -112,7 +114,8 @@ def main() -> int:
     parts = ["# `history check` on an H100: a co-tenant process in run 4 (issue V)", "",
              "Made by `scripts/gpu/history_evidence.sh` (runs of the default set on one GPU; run 4 beside "
              "`scripts/gpu/cotenant.py`) and `scripts/gpu/history_evidence_doc.py` (this page).", "",
-             "## Acceptance", "", *verdicts(device_checks), "", "## The machine", "", "```",
+             "## Acceptance", "", *verdicts(device_checks), "",
+             *([args.notes.read_text().strip(), ""] if args.notes else []), "## The machine", "", "```",
              (last / "gpus.txt").read_text().strip(), "```", "", "## Runs × experiments (steady window)", "",
              runs_table, "", "## `history check` on the device, after each run", "", "```", device_checks.strip(),
              "```", "", "## The same, re-checked offline from the returned runs", "", "```",
@@ -126,8 +129,9 @@ def main() -> int:
     archive = args.out.with_suffix("")
     archive.mkdir(parents=True, exist_ok=True)
     for call in args.calls:
-        for tgz in call.glob("runs-*.tgz"):
-            shutil.copy2(tgz, archive / tgz.name)
+        if call.resolve().parent != archive.resolve():  # calls kept elsewhere: their runs beside the page
+            for tgz in call.glob("runs-*.tgz"):
+                shutil.copy2(tgz, archive / tgz.name)
     print(f"wrote {args.out} and {archive}/")
     return 0
 

@@ -15,7 +15,7 @@
 set -uo pipefail
 step=${STEP:?STEP=h100-a|h100-b|h100-v|h100-q|h200}
 out=${OUT:-/tmp/uv-out}
-mkdir -p "$out" .site
+mkdir -p "$out" .site .work
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false \
   PYTHONUNBUFFERED=1
 log() { echo "$(date +%T) $*" | tee -a "$out/step.log"; }
@@ -71,9 +71,11 @@ case "$step" in
     u_pass 240 $QUANT
     u_pack
     ;;
-  h100-v)
-    RUNS="4 5" PREVIOUS=.hist-prev bash scripts/gpu/history_evidence.sh .work/v-out > .work/v-log.txt 2>&1
-    log "V runs 4-5: exit $?"
+  h100-v)  # RUNS (default "4 5"); the earlier runs' files in .hist-prev when it exists
+    rm -rf .work/v-out  # a warm machine keeps the last call's store
+    previous=; [ -d .hist-prev ] && previous=.hist-prev
+    RUNS="${RUNS:-4 5}" PREVIOUS=$previous bash scripts/gpu/history_evidence.sh .work/v-out > .work/v-log.txt 2>&1
+    log "V runs ${RUNS:-4 5}: exit $?"
     ;;
   h100-q)
     export PYTHONPATH="$base:$PWD/.site/.whl-bnb"

@@ -206,6 +206,13 @@ def _moved(a, b, fraction: float) -> bool:
     return a is not None and b is not None and abs(b - a) > fraction * max(abs(a), 1e-9)
 
 
+def _reasons(text: str | None) -> set[str] | None:
+    """The clock event reasons a group saw ("a+b; c" → {a, b, c}, "none" → ∅); None when not read."""
+    if text is None:
+        return None
+    return {r.strip() for part in text.split(";") for r in part.split("+") if r.strip() and r.strip() != "none"}
+
+
 def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """What moved in the environment from one group to another, each as 'quantity before → after'."""
     found = []
@@ -219,9 +226,12 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     for column, label in (("gpu_sm_clock_mhz", "SM clock"), ("gpu_mem_clock_mhz", "memory clock")):
         if _moved(before.get(column), after.get(column), CLOCK_MOVE):
             found.append(f"{label} {before[column]:.0f} → {after[column]:.0f} MHz")
-    if before.get("gpu_clock_event_reasons") != after.get("gpu_clock_event_reasons") and \
-            None not in (before.get("gpu_clock_event_reasons"), after.get("gpu_clock_event_reasons")):
-        found.append(f"clock event reasons {before['gpu_clock_event_reasons']} → {after['gpu_clock_event_reasons']}")
+    reasons = [_reasons(view.get("gpu_clock_event_reasons")) for view in (before, after)]
+    # Only a reason the newer group shows and the older never did explains a move: one both saw (a power cap that
+    # comes and goes on an idle H100) does not.
+    if None not in reasons and reasons[1] - reasons[0]:
+        found.append(f"clock event reasons {'+'.join(sorted(reasons[0])) or 'none'} → "
+                     f"{'+'.join(sorted(reasons[1])) or 'none'}")
     t0, t1 = before.get("gpu_temperature_max_c"), after.get("gpu_temperature_max_c")
     if t0 is not None and t1 is not None and abs(t1 - t0) >= TEMPERATURE_MOVE_C:
         found.append(f"GPU temperature {t0:.0f} → {t1:.0f} °C")
