@@ -58,6 +58,57 @@ def test_each_kernel_scales_with_what_binds_it():
     assert matmul_work("aten::mm", "not json", "") is None and matmul_work("aten::add", "[[1]]", "") is None
 
 
+def test_streaming_kernels_scale_by_their_roofline_and_their_path():
+    """Bytes from the operator's shapes; at the source's roofline the kernel scales with its path's streaming rate,
+    below it the time stays (no worse than its bytes at the target's rate); reductions keep the class ratio."""
+    from tunebench.planning.projection.kernel_model import streamed_bytes
+
+    shape, types = "[[8,1024,2048],[8,1024,2048]]", '["c10::BFloat16","c10::BFloat16"]'
+    n = 8 * 1024 * 2048
+    assert streamed_bytes("aten::mul", shape, types) == 3 * 2 * n  # two read, one written
+    assert streamed_bytes("aten::mul", "[[8,1024,2048],[2048]]", types) == 2 * 2 * n + 2 * 2048  # broadcast
+    assert streamed_bytes("aten::add_", shape, types) == 3 * 2 * n  # in place: both read, the first written
+    assert streamed_bytes("aten::copy_", f"{shape[:-1]},[]]", '["float","c10::BFloat16","Scalar"]') == 6 * n
+    assert streamed_bytes("aten::fill_", "[[8,1024,2048],[]]", '["c10::BFloat16","Scalar"]') == 2 * n
+    assert streamed_bytes("aten::mean", "[[8,1024,2048],[],[],[]]", '["float","ScalarList","Scalar",""]') == 4 * n
+    for op in ("aten::mm", "aten::_foreach_mul_", "aten::_fused_adamw_", "aten::cat", "prim::x"):
+        assert streamed_bytes(op, shape, types) is None
+    assert streamed_bytes("aten::mul", "[[],[]]", '["float","long int"]') is None  # scalars only
+    # The path rates: vectorized at the bandwidth, unrolled (casts) and strided (broadcasts) at their own.
+    src = Rates.of(Gpu("s", (), {"bf16_tflops": 800.0, "memory_tb_per_s": 3.0, "unrolled_tb_per_s": 2.0,
+                                 "strided_tb_per_s": 1.5}))
+    dst = Rates.of(Gpu("d", (), {"bf16_tflops": 800.0, "memory_tb_per_s": 4.5, "unrolled_tb_per_s": 2.5,
+                                 "strided_tb_per_s": 1.5}))
+    vectorized, unrolled = "vectorized_elementwise_kernel<8, Mul>", "unrolled_elementwise_kernel<copy>"
+    strided = "elementwise_kernel<128, 4, Mul>"
+    assert (src.streaming(vectorized), src.streaming(unrolled), src.streaming(strided)) == (3e12, 2e12, 1.5e12)
+    assert Rates.of(SRC).streaming(unrolled) == 3e12  # no path figure: the bandwidth
+    moved = 3 * 2 * n  # 100.7 MB
+
+    def time(name, work_us, dims=shape, cls="elementwise", op="aten::mul"):
+        row = {"class": cls, "dur_us": work_us, "op": op, "op_dims": dims, "op_types": types, "name": name}
+        return kernel_seconds(row, src, dst) * 1e6
+
+    at_roofline = moved / 3e12 * 1e6  # 33.55 µs: scales 3 → 4.5 TB/s
+    assert time(vectorized, at_roofline) == pytest.approx(at_roofline * 3 / 4.5)
+    assert time(unrolled, moved / 2e12 * 1e6) == pytest.approx(moved / 2.5e12 * 1e6)  # its own path's rates
+    assert time(strided, moved / 1.5e12 * 1e6) == pytest.approx(moved / 1.5e12 * 1e6)  # same rate on both
+    assert time(vectorized, 2 * at_roofline) == pytest.approx(2 * at_roofline)  # at half the roofline: stays
+    # a reduction keeps its class ratio (its bytes are a lower bound); so does an unknown operator
+    assert time(vectorized, 100, "[[8,1024,2048],[],[],[]]", "reduction", "aten::mean") == pytest.approx(100 / 1.5)
+    assert time(vectorized, 100, shape, "copy", "aten::mm") == pytest.approx(100 / 1.5)
+
+
+def test_the_host_speed_is_the_cpu_op_time_then_the_launch_time():
+    from tunebench.planning.projection.project import host_ratio
+
+    a = Gpu("a", (), {"host_cpu_op_us": 3.0, "host_launch_us": 8.0})
+    b = Gpu("b", (), {"host_cpu_op_us": 4.5, "host_launch_us": 6.0})
+    assert host_ratio(a, b)[0] == pytest.approx(1.5) and "CPU op" in host_ratio(a, b)[1]
+    assert host_ratio(Gpu("c", (), {"host_launch_us": 8.0}), b)[0] == pytest.approx(0.75)
+    assert host_ratio(Gpu("c"), b) == (1.0, "host gaps kept as measured (the same host assumed)")
+
+
 def test_the_synthetic_step_on_the_target_has_its_known_answer(tmp_path):
     folder, _ = make_results(tmp_path / "r")
     row = measured_row("x", kernel_rows())

@@ -2,7 +2,9 @@
 
 `python3 scripts/gpu/gpu_peaks.py OUT.json` (about 15 s on an H100). Each figure is the best of five timed
 repetitions after warm-up, on random data: an 8192³ bf16 matrix product (2·8192³ FLOP), a device-to-device copy
-of 2 GiB (bytes read + written), a bf16 add of two 1 GiB tensors into a third (3 GiB moved), and the duration of
+of 2 GiB (bytes read + written), a bf16 add of two 1 GiB tensors into a third (3 GiB moved), the streaming rate of
+PyTorch's unrolled (a bf16 → float32 cast) and strided (a broadcast multiply) elementwise paths at 2^25
+elements, with the kernels they ran, and the duration of
 an empty kernel (a 1-element add) back to back; the GPU-side (CUPTI) duration of such a kernel; and the host's
 own speed: host time per launch of that kernel and per CPU op (20 000 calls each). The projection's GPU table
 cites these figures.
@@ -51,6 +53,43 @@ def add_seconds() -> float:
     return timed(lambda: torch.add(x, y, out=out))
 
 
+# PyTorch's three elementwise code paths stream memory at different rates: vectorized kernels (16-byte loads) at
+# the copy's bandwidth, the unrolled one (a dtype cast: scalar loads, conversions) and the generic strided
+# TensorIterator kernel (a broadcast operand) below it, each bound by its own loads in flight rather than by the
+# memory. Measured at the sizes a fine-tuning step runs (2^25 elements: a [8, 1024, 4096] activation).
+PATH_ELEMENTS = 2**25
+
+
+def cast_copy_seconds() -> float:
+    # bf16 -> float32: the unrolled kernel with a casting load (float32 -> bf16 has a vectorized kernel of its own)
+    src = torch.randn(PATH_ELEMENTS, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty(PATH_ELEMENTS, device="cuda", dtype=torch.float32)
+    return timed(lambda: dst.copy_(src), inner=50)
+
+
+def broadcast_mul_seconds() -> float:
+    x = torch.randn(PATH_ELEMENTS // 4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    return timed(lambda: torch.mul(x, w, out=out), inner=50)
+
+
+def kernel_names() -> dict:
+    """The kernels the two path figures ran (CUPTI names), so the table's figures can be matched to a trace's."""
+    src = torch.randn(PATH_ELEMENTS, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty(PATH_ELEMENTS, device="cuda")
+    x = torch.randn(PATH_ELEMENTS // 4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    names = {}
+    for key, fn in (("cast_copy_kernel", lambda: dst.copy_(src)), ("broadcast_mul_kernel", lambda: x * w)):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        names[key] = kernels[0][:160] if kernels else None
+    return names
+
+
 def empty_kernel_seconds() -> float:
     tiny = torch.zeros(1, device="cuda")
     return timed(lambda: tiny.add_(1), inner=1000)
@@ -95,6 +134,8 @@ def measure() -> dict:
         "bf16_matmul_tflops": lambda: 2 * n**3 / matmul_seconds(n) / 1e12,
         "copy_tb_per_s": lambda: 2 * 2**31 / copy_seconds() / 1e12,
         "elementwise_add_tb_per_s": lambda: 3 * 2**30 / add_seconds() / 1e12,
+        "cast_copy_tb_per_s": lambda: 6 * PATH_ELEMENTS / cast_copy_seconds() / 1e12,  # 2-byte read, 4-byte write
+        "broadcast_mul_tb_per_s": lambda: 4 * PATH_ELEMENTS / broadcast_mul_seconds() / 1e12,  # 2 read, 2 written
         "empty_kernel_us": lambda: empty_kernel_seconds() * 1e6,
         "tiny_kernel_gpu_us": tiny_kernel_gpu_us,
         "host_launch_us": lambda: host_seconds_per_call(torch.zeros(1, device="cuda").add_) * 1e6,
@@ -102,6 +143,10 @@ def measure() -> dict:
     }
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                     "method": "best of 5 CUDA-event timings after 3 warm-ups, random data (scripts/gpu/gpu_peaks.py)"}
+    try:
+        result.update(kernel_names())
+    except Exception as exc:  # the names document the figures; their absence must not lose them
+        result["kernel_names_error"] = repr(exc)[:300]
     for name, figure in figures.items():
         try:  # one failing figure must not lose the others
             result[name] = figure()

@@ -9,11 +9,11 @@ import pandas as pd
 
 TOLERANCE = 0.05  # a class ratio or a gap this far from the model's is reported as a contradicted assumption
 COMMANDS = """```bash
-# on each GPU (one device call each: nvidia-h100-x1, then nvidia-h200), after the wheels for trl, datasets,
-# dill, multiprocess and bitsandbytes were installed from .whl:
-bash scripts/gpu/projection_evidence.sh          # -> $OUT: results.tgz, kernels-*.tgz, peaks.json, gpus.csv, log.txt
-# here, on CPU, with both calls' files:
-python scripts/gpu/projection_report.py H100_OUT H200_OUT
+# on each GPU, one device call each (nvidia-h100-x1, then nvidia-h200; carry .whl and .whl-bnb): the GPU's
+# rates (gpu_peaks.py), the rows without bitsandbytes, then the QLoRA rows with it
+STEP=full bash scripts/gpu/uv_device.sh          # -> $OUT/u-full.tgz: results.tgz, kernels-*.tgz, peaks.json, gpus.csv
+# here, on CPU, with both calls' files unpacked (and earlier calls' for the repeatability table):
+python scripts/gpu/projection_report.py H100_OUT H200_OUT --repeat "LABEL=DIR_A:DIR_B" ... --notes NOTES.md
 # the same projection from the command line, e.g. the H100 results onto an H200 and an L40S:
 python benchmark.py plan --project_from /tmp/projection-evidence/H100/results --plan_device "NVIDIA H200, NVIDIA L40S" \\
   --gpu_table docs/evidence/projection-h100-h200/measured-gpus.yaml --results_output_path /tmp/proj
@@ -52,7 +52,7 @@ def _contradictions(headline: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:
         host = rows[["proj_host_gap_time", "proj_step_time"]].dropna()
         if not host.empty and (host["proj_host_gap_time"] / host["proj_step_time"]).max() > 0.05:
             found.append(f"- {direction}: host gaps reach {100 * (host['proj_host_gap_time'] / host['proj_step_time']).max():.0f} % "
-                         "of a projected step; the model keeps them (× the hosts' launch-time ratio): check the "
+                         "of a projected step; the model keeps them (× the hosts' CPU-op time ratio): check the "
                          "host-bound rows' errors above.")
     return found or ["- none beyond the tolerance of ±5 % per kernel class."]
 
@@ -105,8 +105,28 @@ def _split(frames: dict) -> list[str]:
     return lines
 
 
-def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats, error_table, class_table) -> None:
-    h, s = stats["headline"], stats["shipped"]
+def _variants(stats: dict) -> list[str]:
+    names = {"add": "the elementwise add's bandwidth standing for the memory's (instead of the copy's)",
+             "launch": "the host's launch time as its speed (instead of its CPU op time)",
+             "same_host": "no host figure (host gaps kept as measured: the same host assumed)",
+             "shipped": "the shipped GPU table (`gpus.yaml`: no host figures)"}
+    return [f"- {text}: median {stats[k]['median_abs_pct']:.1f} %, largest {stats[k]['max_abs_pct']:.1f} %, "
+            f"{stats[k]['over_10pct']} over 10 %" for k, text in names.items() if stats.get(k, {}).get("rows")]
+
+
+def _repeats(repeats: pd.DataFrame) -> list[str]:
+    if repeats.empty:
+        return ["No repeated measurement given."]
+    lines = ["| pair | experiment | tokens/s (A) | tokens/s (B) | B ÷ A − 1 |", "|---|---|---:|---:|---:|"]
+    for _, r in repeats.iterrows():
+        lines.append(f"| {r['pair']} | {r['experiment']} | {r['tokens_per_second_a']:,.0f} | "
+                     f"{r['tokens_per_second_b']:,.0f} | {100 * r['difference']:+.1f} % |")
+    return lines
+
+
+def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats, error_table, class_table,
+              repeats: pd.DataFrame, notes: str = "") -> None:
+    h = stats["headline"]
     parts = [
         "# Projection: from one measured run to another GPU kind (H100 ↔ H200, issue U)", "",
         "The same experiments (`scripts/gpu/scenarios-projection.yaml`) measured on one H100 and on one H200; each "
@@ -119,12 +139,11 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
         f"absolute error **{h['median_abs_pct']:.1f} %**, largest {h['max_abs_pct']:.1f} %, {h['over_10pct']} over "
         f"10 % (acceptance: median ≤ 5 %, none over 10 %)." if h["rows"] else "No experiment ran on both GPUs.", "",
         error_table(headline), "",
-        f"With the shipped GPU table instead (`tunebench/planning/projection/gpus.yaml`): median "
-        f"{s['median_abs_pct']:.1f} %, largest {s['max_abs_pct']:.1f} % (`projection-errors-shipped-table.csv`)."
-        if s["rows"] else "", "",
-        f"Sensitivity, not the headline: with the elementwise add's measured bandwidth standing for the memory's "
-        f"(instead of the copy's): median {stats['add']['median_abs_pct']:.1f} %, largest "
-        f"{stats['add']['max_abs_pct']:.1f} %." if stats["add"]["rows"] else "", "",
+        "Sensitivity, not the headline, the same projections with:", "", *_variants(stats), "",
+        *([notes.strip(), ""] if notes else []),
+        "## The same experiment measured twice on one GPU kind", "",
+        "No projection can be closer to a measurement than two measurements of one kind are to each other "
+        "(`repeatability.csv`).", "", *_repeats(repeats), "",
         "## Phases: projected against measured (the timed median step)", "", *_phase_errors(headline), "",
         "## Where the measured step went", "",
         "Summed kernel time by class over the timed step's time (kernels of streams that overlap can sum past "
@@ -138,7 +157,7 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
         "## Assumptions the measurement contradicts", "", *_contradictions(headline, ratios), "",
         "## Files", "",
         "`projection-h100-h200/`: `projection-errors.csv` (every projection with its `proj_note`), "
-        "`projection-errors-shipped-table.csv`, `kernel-class-ratios.csv`, `raw_summary-h100.csv`, "
+        "`projection-errors-shipped-table.csv`, `kernel-class-ratios.csv`, `repeatability.csv`, `raw_summary-h100.csv`, "
         "`raw_summary-h200.csv`, `measured-gpus.yaml` (the --gpu_table the headline used).", "",
     ]
     path.write_text("\n".join(parts))

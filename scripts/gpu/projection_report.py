@@ -42,9 +42,11 @@ def unpack(out: Path, work: Path) -> Path:
     return results
 
 
-def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per_s") -> dict:
+def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per_s",
+                host: str | None = "host_cpu_op_us") -> dict:
     """A --gpu_table file with the rates gpu_peaks.py measured in each call (figure by figure over the shipped);
-    `bandwidth`: which measured bandwidth stands for the memory's (the copy's, or the elementwise add's)."""
+    `bandwidth`: which measured bandwidth stands for the memory's (the copy's, or the elementwise add's); `host`:
+    which host figure is the host's speed (None: the launch's)."""
     entries, found = [], {}
     shipped = load_table()
     for out in outs.values():
@@ -54,7 +56,9 @@ def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per
             continue
         cite = f"measured in this evidence's device call (scripts/gpu/gpu_peaks.py, {out.name}/peaks.json)"
         figures = {"bf16_tflops": peaks.get("bf16_matmul_tflops"), "memory_tb_per_s": peaks.get(bandwidth),
-                   "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"), "host_launch_us": peaks.get("host_launch_us")}
+                   "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"), "host_launch_us": peaks.get("host_launch_us"),
+                   "host_cpu_op_us": peaks.get(host), "unrolled_tb_per_s": peaks.get("cast_copy_tb_per_s"),
+                   "strided_tb_per_s": peaks.get("broadcast_mul_tb_per_s")}
         entry = {"name": gpu.name, **{k: {"value": round(v, 4), "source": cite} for k, v in figures.items()
                                       if isinstance(v, (int, float)) and v == v and v > 0}}
         entries.append(entry)
@@ -103,6 +107,21 @@ def class_ratios(dirs: dict[str, Path], table_path: str | None, src: str, dst: s
     return pd.DataFrame(out)
 
 
+def repeatability(pairs: list[str], work: Path) -> pd.DataFrame:
+    """Each LABEL=DIR_A:DIR_B pair's experiments measured in both: steady tokens/s of each and B ÷ A − 1."""
+    rows = []
+    for number, pair in enumerate(pairs):
+        label, _, dirs = pair.partition("=")
+        first, _, second = dirs.partition(":")
+        a, b = (measured_frame(unpack(Path(d), work / f"{number}-{i}")).set_index("experiment_id")
+                for i, d in enumerate((first, second)))
+        for key in a.index.intersection(b.index):
+            ta, tb = a.at[key, "steady_tokens_per_second"], b.at[key, "steady_tokens_per_second"]
+            rows.append({"pair": label, "experiment": f"{a.at[key, 'scenario']} · {a.at[key, 'framework_config']}",
+                         "tokens_per_second_a": ta, "tokens_per_second_b": tb, "difference": tb / ta - 1})
+    return pd.DataFrame(rows)
+
+
 def error_table(frame: pd.DataFrame) -> str:
     lines = ["| direction | experiment | measured on source | projected | measured on target | error |",
              "|---|---|---:|---:|---:|---:|"]
@@ -141,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("h200_out", type=Path)
     parser.add_argument("--doc", type=Path, default=REPO / "docs/evidence/projection-h100-h200.md")
     parser.add_argument("--work", type=Path, default=Path("/tmp/projection-evidence"))
+    parser.add_argument("--repeat", nargs="*", default=[], metavar="LABEL=DIR_A:DIR_B",
+                        help="two measurements of one GPU kind (device calls' folders): their steady tokens/s side "
+                             "by side, the floor under any projection's error")
+    parser.add_argument("--notes", type=Path, help="a Markdown file of findings, placed after the headline")
     args = parser.parse_args(argv)
     outs = {"H100": args.h100_out, "H200": args.h200_out}
     dirs = {kind: unpack(out, args.work / kind) for kind, out in outs.items()}
@@ -151,9 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     headline = directions(frames, dirs, str(data / "measured-gpus.yaml"))
     shipped = directions(frames, dirs, None)
     ratios = class_ratios(dirs, str(data / "measured-gpus.yaml"), "H100", "H200")
-    # sensitivity: the elementwise add's measured bandwidth instead of the copy's (not the headline)
-    peaks_table(outs, args.work / "add-bandwidth-gpus.yaml", "elementwise_add_tb_per_s")
-    add = directions(frames, dirs, str(args.work / "add-bandwidth-gpus.yaml"))
+    # sensitivity (not the headline): the elementwise add's bandwidth for the memory's; the launch's time, or no
+    # host figure at all, for the host's speed
+    variants = {}
+    for name, bandwidth, host in (("add", "elementwise_add_tb_per_s", "host_cpu_op_us"),
+                                  ("launch", "copy_tb_per_s", None), ("same_host", "copy_tb_per_s", "none")):
+        table = args.work / f"{name}-gpus.yaml"
+        peaks_table(outs, table, bandwidth, host)
+        if name == "same_host":  # neither host figure: gaps kept as measured
+            entries = yaml.safe_load(table.read_text())["gpus"]
+            table.write_text(yaml.safe_dump({"gpus": [{k: v for k, v in e.items() if not k.startswith("host_")}
+                                                      for e in entries]}, sort_keys=False))
+        variants[name] = summary(directions(frames, dirs, str(table)))
     headline.to_csv(data / "projection-errors.csv", index=False)
     shipped.to_csv(data / "projection-errors-shipped-table.csv", index=False)
     ratios.to_csv(data / "kernel-class-ratios.csv", index=False)
@@ -161,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         frame.to_csv(data / f"raw_summary-{kind.lower()}.csv", index=False)
     from projection_doc import write_doc  # the prose beside this script
 
-    write_doc(args.doc, outs, frames, peaks, headline, shipped, ratios,
-              {"headline": summary(headline), "shipped": summary(shipped), "add": summary(add)}, error_table,
-              class_table)
-    print(json.dumps({"headline": summary(headline), "shipped table": summary(shipped),
-                      "elementwise-add bandwidth": summary(add)}, indent=2))
+    repeats = repeatability(args.repeat, args.work / "repeats")
+    repeats.to_csv(data / "repeatability.csv", index=False)
+    stats = {"headline": summary(headline), "shipped": summary(shipped), **variants}
+    write_doc(args.doc, outs, frames, peaks, headline, shipped, ratios, stats, error_table, class_table,
+              repeats, args.notes.read_text() if args.notes else "")
+    print(json.dumps(stats, indent=2))
     return 0
 
 

@@ -13,7 +13,7 @@
 # $OUT gets u-<step>.tgz (projection_evidence's files: gpus.csv, peaks.json, log.txt, results.tgz, kernels-*.tgz)
 # and v-<step>.tgz (history_evidence's files), and step.log.
 set -uo pipefail
-step=${STEP:?STEP=h100-a|h100-b|h100-v|h100-q|h200}
+step=${STEP:?STEP=h100-a|h100-b|h100-v|h100-q|h200|full}
 out=${OUT:-/tmp/uv-out}
 mkdir -p "$out" .site .work
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false \
@@ -71,6 +71,10 @@ case "$step" in
     u_pass 240 $QUANT
     u_pack
     ;;
+  peaks)  # the GPU's rates only
+    peaks
+    mkdir -p .work/u-out && cp -f .work/peaks.json .work/gpus.csv .work/u-out/ && tar -czf "$out/u-$step.tgz" -C .work/u-out .
+    ;;
   h100-v)  # RUNS (default "4 5"); the earlier runs' files in .hist-prev when it exists
     rm -rf .work/v-out  # a warm machine keeps the last call's store
     previous=; [ -d .hist-prev ] && previous=.hist-prev
@@ -82,7 +86,7 @@ case "$step" in
     u_pass 300 $QUANT
     u_pack
     ;;
-  h200)
+  h200|full)  # any GPU: its rates, U's rows without, then with bitsandbytes
     peaks
     u_pass 240 $PLAIN
     export PYTHONPATH="$base:$PWD/.site/.whl-bnb"

@@ -79,9 +79,12 @@ def kernel_times(row: Any, folder: Path | None, src: Rates, dst: Rates) -> tuple
 
 
 def host_ratio(src: Gpu, dst: Gpu) -> tuple[float, str]:
-    a, b = src.value("host_launch_us"), dst.value("host_launch_us")
-    if a and b:
-        return b / a, f"host gaps × {b / a:.3f} (launch {a:.2f} → {b:.2f} µs, table)"
+    """How much slower the target's host is: its time per CPU op (a host-bound stretch is op dispatch), else per
+    launch, when the table gives it for both; else the same host."""
+    for figure, label in (("host_cpu_op_us", "CPU op"), ("host_launch_us", "launch")):
+        a, b = src.value(figure), dst.value(figure)
+        if a and b:
+            return b / a, f"host gaps × {b / a:.3f} ({label} {a:.2f} → {b:.2f} µs, table)"
     return 1.0, "host gaps kept as measured (the same host assumed)"
 
 
