@@ -229,3 +229,41 @@ def test_the_report_compares_gpu_kinds_from_projection_csv(tmp_path):
         ["experiment", f"1× {H100} (measured)", "1× NVIDIA H200", "1× NVIDIA L40S"],
         ["proj · none", "1,000", "1,100", "300"]]
     assert report_projection.section(tmp_path / "elsewhere" / "raw_summary.csv") == ""
+
+
+def test_tune_ranks_points_for_the_gpu_it_projects_to_and_prunes_what_would_not_fit_it(tmp_path):
+    """tune --project_to: the objective is the run projected onto the other GPU (kernel split of each run), a run
+    that cannot be projected has no objective and says why, and a point must fit the other GPU's memory too."""
+    import math
+
+    from tunebench.tuning import prune
+    from tunebench.tuning.options import TuneOptions
+    from tunebench.tuning.runs import projected
+    from tunebench.tuning.search import Search, score
+    from tunebench.tuning.space import Point
+
+    folder, experiment = make_results(tmp_path / "r")
+    table = tmp_path / "gpus.yaml"
+    table.write_text(f"gpus:\n  - name: dst\n    bf16_tflops: 400\n    memory_tb_per_s: 6.0\n    kernel_floor_us: 2\n"
+                     f"    host_link_gb_per_s: 64\n  - name: {H100}\n    bf16_tflops: 800\n    memory_tb_per_s: 3.0\n"
+                     "    kernel_floor_us: 2\n    host_link_gb_per_s: 64\n")
+    options = TuneOptions(model="preset:llama-tiny", project_to="dst", gpu_table=str(table),
+                          results_output_path=str(tmp_path / "r"))
+    good = {"experiment_id": experiment, "repeat": 1, **measured_row(experiment, kernel_rows())}
+    lost = {**good, "experiment_id": "elsewhere", "gpu_name": "Some Other GPU"}
+    rows = projected([good, lost], options)
+    expected = project_rows(pd.DataFrame([good]), "dst", str(table), str(tmp_path / "r"))
+    value = expected.loc[0, "proj_steady_nonpad_tokens_per_second"]
+    assert value > 0 and value != good["steady_nonpad_tokens_per_second"]
+    assert score(rows[0], options) == pytest.approx(math.log(value))
+    assert score(rows[0], TuneOptions(model="m")) == pytest.approx(math.log(good["steady_nonpad_tokens_per_second"]))
+    assert score(rows[1], options) is None and rows[1]["proj_note"].startswith("not projected")
+    # memory: fits here (10 of 20 GiB usable) but not on the target (10 of 8): pruned, saying where
+    here = {"pred_mem_peak": 10 * 2**30, "pred_fit_margin_bytes": 10 * 2**30}
+    there = {"pred_mem_peak": 10 * 2**30, "pred_fit_margin_bytes": -2 * 2**30}
+    points = [Point("lora", 16, False, mb, 1, False, "adamw_torch", False, False, None) for mb in (1, 2)]
+    search = Search(points, {points[0]: {**here, "target": here}, points[1]: {**here, "target": there}}, options,
+                    "cuda", prune.Margin(0.0, "test"))
+    search._prune()
+    states = [search.states[p] for p in points]
+    assert states[0].state == "not run" and states[1].state == "pruned" and "on the dst" in states[1].reason

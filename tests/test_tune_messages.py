@@ -17,6 +17,7 @@ from transformers.hf_argparser import string_to_bool
 
 from tunebench.cli import tune_command as command
 from tunebench.errors import InputError
+from tunebench.planning.projection.gpu_table import load_table
 from tunebench.tuning.option_checks import RANGES, _distributions, _optimizer_names, plan_device_problem
 from tunebench.tuning.options import TuneOptions
 
@@ -106,6 +107,8 @@ HOSTILE = {
     "--defaults_config_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                str(LIST_YAML), ""]),
     "--grid": _word,  # a flag given a value
+    "--project_to": _word.filter(lambda w: load_table().lookup(w) is None),
+    "--gpu_table": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML), str(LIST_YAML)]),
     "--framework_configs_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                  str(LIST_YAML), ""]),
 }
@@ -124,6 +127,12 @@ def test_a_hostile_value_is_one_line_naming_the_option_and_nothing_is_created(op
         _refused(_with(option, value), option)
 
     check()
+
+
+def test_project_to_is_refused_where_it_cannot_rank_and_a_bad_gpu_table_names_its_file():
+    _refused(_with("--project_to", "NVIDIA H200"), "--project_to")  # on CPU: no kernel split to project
+    _refused([*_with("--project_to", "NVIDIA H200"), "--num_gpus", "2"], "--project_to")
+    _refused([*_with("--project_to", "NVIDIA H200"), "--gpu_table", str(GARBAGE_YAML)], str(GARBAGE_YAML))
 
 
 def test_the_cases_of_issue_w_in_the_users_words():

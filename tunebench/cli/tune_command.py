@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when GPUs are present")
     opt("--plan_device", default=None, help="GPU memory to fit (a name or a size, e.g. 80GiB); default the GPU "
         "present; on CPU a per-process budget")
+    opt("--project_to", default=None, help="rank the points for this GPU kind (a name of the projection's GPU "
+        "table), from the runs here projected onto it (README \"Projection\"); it also prunes what would not fit it")
+    opt("--gpu_table", default=None, help="a YAML of GPU figures for --project_to (gpus.yaml's form)")
     opt("--lora_ranks", nargs="+", type=int, default=[16], help="LoRA ranks in the space")
     opt("--micro_batches", nargs="+", type=int, default=None,
         help="per-device micro-batches (default every divisor of the per-device batch)")
@@ -154,7 +157,8 @@ def parse(argv: list[str]) -> TuneOptions:
         training_data_path=ns.training_data_path, synthetic_length_distribution=ns.synthetic_length_distribution,
         tolerance_pct=ns.tolerance_pct, confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
         defaults_config_path=ns.defaults_config_path, framework_configs_path=ns.framework_configs_path,
-        log_level=log_level.upper() if not problems else "INFO", grid=ns.grid,
+        log_level=log_level.upper() if not problems else "INFO", grid=ns.grid, project_to=ns.project_to,
+        gpu_table=ns.gpu_table,
     )
     # Every value checked at once, in the option's own words (lists as the user gave them, repeats and all).
     problems = value_problems(ns) + problems

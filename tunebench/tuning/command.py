@@ -32,10 +32,14 @@ class TuneResult:
 
 
 def _input_problems(options: TuneOptions, device_type: str) -> list[InputProblem]:
+    problems = []
     if options.objective == Objective.JOULES_PER_TOKEN and device_type != "cuda":
-        return [InputProblem("command line", "--objective", "joules_per_token needs GPUs (the nvidia-smi power "
-                             "sidecar); this run is on CPU", "use --objective tokens_per_second on CPU")]
-    return []
+        problems.append(InputProblem("command line", "--objective", "joules_per_token needs GPUs (the nvidia-smi "
+                                     "power sidecar); this run is on CPU", "use --objective tokens_per_second on CPU"))
+    if options.project_to and device_type != "cuda":
+        problems.append(InputProblem("command line", "--project_to", "projects each run's kernel split, which only "
+                                     "a CUDA step has; this run is on CPU", "run tune on a GPU, or leave it out"))
+    return problems
 
 
 def tune(options: TuneOptions, checked: bool = False) -> TuneResult:

@@ -13,7 +13,7 @@ import re
 import typing
 from pathlib import Path
 
-from tunebench.errors import InputProblem
+from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.ranges import Range
 
 logger = logging.getLogger(__name__)
@@ -159,6 +159,28 @@ def config_file_problems(ns) -> list[InputProblem]:
     return problems
 
 
+def project_to_problems(target: str | None, gpu_table: str | None, num_gpus: int) -> list[InputProblem]:
+    """--project_to: a GPU of the table (the shipped one merged with --gpu_table's), and runs on one GPU."""
+    from tunebench.planning.projection.gpu_table import load_table
+
+    if target is None:
+        return [_problem("gpu_table", "is only read with --project_to", "add --project_to GPU, or leave it out")] \
+            if gpu_table else []
+    try:
+        table = load_table(gpu_table)
+    except InputError as exc:
+        return list(exc.problems)
+    problems = []
+    if table.lookup(target) is None:
+        problems.append(_problem("project_to", f"{target!r} is not in the GPU table",
+                                 f"one of {', '.join(table.names())}, or add it with --gpu_table FILE"))
+    if num_gpus != 1:
+        problems.append(_problem("project_to", f"projects runs on one GPU; --num_gpus is {num_gpus}",
+                                 "tune with --num_gpus 1 --project_to, then `benchmark.py plan --project_from "
+                                 "--project_num_gpus N` for N GPUs"))
+    return problems
+
+
 def log_level_problem(level: str, option: str = "log_level") -> InputProblem | None:
     if str(level).upper() in LOG_LEVELS:
         return None
@@ -183,6 +205,7 @@ def value_problems(ns) -> list[InputProblem]:
     for found in (optimizer_problem(ns.optimizers), plan_device_problem(ns.plan_device),
                   log_level_problem(ns.log_level)):
         problems += [found] if found else []
+    problems += project_to_problems(getattr(ns, "project_to", None), getattr(ns, "gpu_table", None), ns.num_gpus)
     problems += source_problems(ns)
     problems += config_file_problems(ns)
     problems += results_folder.check(ns.results_output_path)

@@ -15,6 +15,12 @@ OBJECTIVES = {  # objective -> (the results column it is computed from, its unit
     Objective.JOULES_PER_TOKEN: ("steady_energy_joules_per_nonpad_token", "J/token"),
     Objective.COST: ("steady_nonpad_tokens_per_second", "$/Mtoken"),
 }
+# With --project_to: the same objectives from the run projected onto the other GPU (tunebench.planning.projection).
+PROJECTED = {
+    Objective.TOKENS_PER_SECOND: "proj_steady_nonpad_tokens_per_second",
+    Objective.JOULES_PER_TOKEN: "proj_joules_per_token",
+    Objective.COST: "proj_steady_nonpad_tokens_per_second",
+}
 PEFT_CHOICES = ("none", "lora", "any")
 
 
@@ -49,6 +55,13 @@ class TuneOptions:
     framework_configs_path: str | None = None
     log_level: str = "INFO"
     grid: bool = False
+    project_to: str | None = None  # rank for this GPU kind, from the runs here projected onto it
+    gpu_table: str | None = None  # a user GPU table for --project_to (tunebench/planning/projection/gpus.yaml's form)
+
+    @property
+    def objective_column(self) -> str:
+        """The results column the objective is read from: the measured one, or its projection (--project_to)."""
+        return PROJECTED[self.objective] if self.project_to else OBJECTIVES[self.objective][0]
 
     @property
     def minimise(self) -> bool:

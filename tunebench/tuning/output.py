@@ -61,6 +61,10 @@ def ranked_table(outcome: Outcome, options: TuneOptions) -> pd.DataFrame:
             f"grid_{unit}": objective_value(s.grid, options),
             "steady_step_time_ci_pct": (final or {}).get("steady_step_time_ci_pct") if measured else None,
             "pred_mem_peak_gib": _gib(s.prediction.get("pred_mem_peak")),
+            # --project_to: the point on the other GPU (the objective above is the projection) and how it was made
+            **({"measured_tokens_per_second": (final or {}).get("steady_nonpad_tokens_per_second") if measured
+                else None, "projected_to": options.project_to, "proj_note": (final or {}).get("proj_note", "")}
+               if options.project_to else {}),
             "mem_peak_gib": _gib((final or {}).get("mem_peak_torch_max_allocated_bytes")),
             # unmeasured points: how the search expected them to compare with the best screened one
             "expected_vs_best_pct": round(100 * (math.exp(s.expected - best) - 1), 1)
@@ -83,7 +87,8 @@ def winner_scenarios(outcome: Outcome, options: TuneOptions, cpu: bool) -> str |
     content = scenario_file(options, "confirm", [w.point], cpu, name=lambda stage, p: f"tuned-{p.label}")
     unit = OBJECTIVES[options.objective][1]
     value = objective_value(w.final(), options)
-    header = (f"# Written by `benchmark.py tune --model {options.model}` (objective {options.objective}: "
+    where = f" projected onto the {options.project_to}" if options.project_to else ""
+    header = (f"# Written by `benchmark.py tune --model {options.model}` (objective {options.objective}{where}: "
               f"{value:.6g} {unit}, {outcome.confidence}).\n"
               f"# Run it (from the folder tune ran in): {run_command(options)}\n")
     return header + yaml.safe_dump(content, sort_keys=False)
@@ -126,6 +131,9 @@ def summary(outcome: Outcome, table: pd.DataFrame, options: TuneOptions, cpu: bo
     lines = [shown[columns].to_string(index=False) if len(shown) else "(no point was measured)", ""]
     lines += [f"! {row.point}: not steady: {row.noise}" for row in shown.itertuples() if row.noise]
     lines.append(f"space: {len(table)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if options.project_to:
+        lines.append(f"ranked for the {options.project_to}: each run here projected onto it (README \"Projection\": "
+                     "host-bound points are the least certain), and pruned where it would not fit it")
     lines.append(f"memory margin: {outcome.margin.fraction:.1%} ({outcome.margin.source})")
     lines.append(f"search stopped: {outcome.stop_reason}")
     what = "process time (CPU: processes × wall time)" if cpu else "GPU time"

@@ -89,7 +89,11 @@ class HarnessRuns:
 
         matrix, experiments = self._matrix("space", points)
         by_id = predictions(matrix, self.options.plan_device)
-        self.predictions = {p: by_id.get(e.experiment_id, {}) for p, e in zip(points, experiments, strict=True)}
+        # --project_to: the same fake step against the other GPU's memory (a point must fit both to be worth a run)
+        target = predictions(matrix, self.options.project_to) if self.options.project_to else {}
+        self.predictions = {p: {**by_id.get(e.experiment_id, {}),
+                                **({"target": target.get(e.experiment_id, {})} if target else {})}
+                            for p, e in zip(points, experiments, strict=True)}
         return self.predictions
 
     def __call__(self, stage: str, points: list[Point]) -> list[dict[str, Any]]:
@@ -101,4 +105,21 @@ class HarnessRuns:
         preprocess_data(experiments, build=True)
         predictions = {e.experiment_id: self.predictions.get(p, {}) for p, e in zip(points, experiments, strict=True)}
         logger.info("tune %s: %s", stage, ", ".join(p.label for p in points))
-        return run_prepared(matrix, self.settings, predictions, self.session, locked=True).rows
+        predictions = {k: {c: v for c, v in p.items() if c != "target"} for k, p in predictions.items()}
+        rows = run_prepared(matrix, self.settings, predictions, self.session, locked=True).rows
+        return projected(rows, self.options) if self.options.project_to else rows
+
+
+def projected(rows: list[dict[str, Any]], options: TuneOptions) -> list[dict[str, Any]]:
+    """The rows with their `proj_*` columns on --project_to's GPU (from each run's kernel split; a row that cannot
+    be projected gets the proj_note saying why, and no objective)."""
+    import pandas as pd
+
+    from tunebench.planning.projection.project import project_rows
+
+    if not rows:
+        return rows
+    frame = project_rows(pd.DataFrame(rows), options.project_to, options.gpu_table, options.results_output_path,
+                         options.gpu_hour_price)
+    return [{**row, **{k: v for k, v in extra.items() if k.startswith("proj_")}}
+            for row, extra in zip(rows, frame.to_dict("records"), strict=True)]

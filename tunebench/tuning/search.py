@@ -15,7 +15,7 @@ from typing import Any
 from tunebench.tuning import prune
 from tunebench.tuning.expectation import expected, prior
 from tunebench.tuning.failure_text import one_line
-from tunebench.tuning.options import OBJECTIVES, TuneOptions
+from tunebench.tuning.options import TuneOptions
 from tunebench.tuning.space import CATEGORICAL, Point
 from tunebench.tuning.stages import CONFIRM, GRID, SCREEN, finite_number, noise
 from tunebench.vocabulary import Status
@@ -66,7 +66,7 @@ def score(row: dict[str, Any] | None, options: TuneOptions) -> float | None:
     """The row's objective as a log, higher better (None when the run measured nothing usable)."""
     if not row or row.get("status") != Status.OK:
         return None
-    value = finite_number(row.get(OBJECTIVES[options.objective][0]))
+    value = finite_number(row.get(options.objective_column))
     if value is None or value <= 0:
         return None
     return -math.log(value) if options.objective == "joules_per_token" else math.log(value)
@@ -121,6 +121,9 @@ class Search:
         for s in self.states.values():
             if s.state in ("not run", "pruned"):
                 runs, why = prune.verdict(s.prediction, self.margin)
+                if runs and "target" in s.prediction:  # --project_to: it must fit the other GPU as well
+                    fits, why_target = prune.verdict(s.prediction["target"], self.margin)
+                    runs, why = fits, f"{why}; on the {self.options.project_to}: {why_target}"
                 s.state, s.reason = ("not run", why) if runs else ("pruned", why)
 
     def _record(self, stage: str, states: list[PointState], rows: list[dict[str, Any]]) -> None:
@@ -139,6 +142,8 @@ class Search:
             elif score(row, self.options) is None:
                 s.state = "failed"
                 error = one_line(row.get("error_messages"))
+                if status == Status.OK and str(row.get("proj_note", "")).startswith("not projected"):
+                    error = row["proj_note"]  # --project_to: the run measured, its projection could not be made
                 s.reason = f"{stage} run: {status}" + (f" ({error})" if error else ", objective not measured")
             else:
                 s.state = {CONFIRM: "noisy" if s.noise else "confirmed", GRID: "measured"}.get(stage, "screened")
