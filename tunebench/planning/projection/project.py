@@ -111,7 +111,7 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     phases = ranks.rank_phases(single.phase_time, parallelism or "", n)
     step, comm_note, comm_bytes, exposed = sum(phases.values()), "", 0.0, 0.0
     if n > 1:
-        exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism, phases)
+        exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism)
         if exposed is None:
             return {**out, "proj_note": f"not projected: {comm_note}"}
         step += exposed
@@ -128,8 +128,7 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     return out
 
 
-def _communication(row: Any, target: Gpu, n: int, parallelism: str | None,
-                   phases: dict[str, float]) -> tuple[float | None, float, str]:
+def _communication(row: Any, target: Gpu, n: int, parallelism: str | None) -> tuple[float | None, float, str]:
     """(exposed seconds, bytes per rank per step, note) of N-GPU data parallelism; None when it cannot be said."""
     if parallelism not in ranks.PARALLELISMS:
         return None, 0.0, f"{n} GPUs need a parallelism ({' or '.join(ranks.PARALLELISMS)})"
@@ -143,11 +142,11 @@ def _communication(row: Any, target: Gpu, n: int, parallelism: str | None,
     layers = _layers(str(row.get("model_name_or_path")))
     micro = int(num(row, "gradient_accumulation_steps") or 1)
     comms = ranks.collectives(parallelism, n, total * element, trainable * element, layers, micro)
-    hidden = ranks.exposed(parallelism, comms, n, link, phases)
+    hidden = ranks.exposed(comms, n, link)
     moved = sum(c.payload for c in comms)
     note = (f"; {n}× {parallelism}: {', '.join(f'{c.kind} {c.payload / 1e9:.2f} GB' for c in comms)} per step over "
             f"{link_text}, latency {target.cited('link_latency_us')} µs per ring step; exposed {hidden * 1e3:.1f} ms "
-            f"(overlap assumed: planning/projection/ranks.py)")
+            f"(no overlap with compute: planning/projection/ranks.py)")
     return hidden, moved, note
 
 

@@ -10,9 +10,11 @@ gradients once):
     the trainable gradients; one collective per decoder layer (+1 for the root).
 Ring collectives over N GPUs: all-reduce moves 2(N−1)/N of the payload per GPU, all-gather and reduce-scatter
 (N−1)/N, at the table's bus bandwidth (NCCL's busbw), plus the link latency per ring step and collective.
-Overlap assumed: DDP's buckets overlap backward except the last one; FSDP2 prefetches one layer ahead, so its
-gathers overlap forward and backward except the first layer's, and its reduce-scatters overlap backward except
-the last layer's. Compute is assumed not slowed by the concurrent communication (SMs and memory shared).
+No overlap assumed: the collectives' ring time is added to the step whole. DDP's buckets are launched during
+backward and FSDP2 prefetches a layer ahead, but on 2 H200s (docs/evidence/projection-ngpu-h200.md) the step grew
+by more than the ring time (DDP 10.7 ms for 9.0 ms of all-reduce, FSDP2 16.5 ms for 11.7 ms): NCCL's kernels take
+SMs and memory bandwidth from the compute they run beside, so overlap hid nothing measurable. (The earlier model,
+which hid all but the last bucket or layer, projected 2-GPU steps 6.5 % and 13 % too fast there.)
 Per-rank work: the measured micro-batch per GPU (data parallel), so forward and backward stay; FSDP2 steps the
 optimizer on 1/N of the parameters (optimizer and clip phases ÷ N).
 """
@@ -62,18 +64,9 @@ def seconds(c: Collective, n: int, link: Link) -> float:
     return c.payload * share / link.bandwidth + c.count * steps * link.latency
 
 
-def exposed(parallelism: str, comms: list[Collective], n: int, link: Link, windows: dict[str, float]) -> float:
-    """Communication time not hidden behind the phase it overlaps (the overlap assumption of the module)."""
-    total = 0.0
-    for window in ("forward", "backward"):
-        group = [c for c in comms if c.window == window]
-        if not group:
-            continue
-        busy = sum(seconds(c, n, link) for c in group)
-        # the part that cannot overlap: DDP's last bucket, FSDP2's first gathered / last scattered layer
-        tail = max(seconds(c, n, link) / max(c.count, 1) for c in group)
-        total += max(busy - windows.get(window, 0.0), tail)
-    return total
+def exposed(comms: list[Collective], n: int, link: Link) -> float:
+    """Communication time the step pays: every collective's ring time (no overlap: the module's docstring)."""
+    return sum(seconds(c, n, link) for c in comms)
 
 
 def rank_phases(phases: dict[str, float], parallelism: str, n: int) -> dict[str, float]:
