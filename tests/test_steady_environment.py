@@ -63,6 +63,8 @@ def test_another_process_on_the_gpu_is_named_and_the_experiments_own_is_not(fake
     assert (columns["gpu_sm_clock_mhz"], columns["gpu_sm_clock_max_mhz"], columns["gpu_mem_clock_mhz"]) == (1980, 1980, 2619)
     assert columns["gpu_clock_event_reasons"] == "none" and columns["gpu_temperature_max_c"] == 41
     assert columns["gpu_power_limit_w"] == 700.0 and columns["environment_samples"] >= 2  # one a 0.1 s, each two fake calls
+    assert columns["gpu_uuids"] == GPU0 and columns["host_cpu_model"] == env.cpu_model()
+    assert env.cpu_model() and env.cpu_model() in Path("/proc/cpuinfo").read_text()  # this Linux host's own
     assert summary.warnings_for({**columns, "host_load_per_core": 1.5}, "cuda")[1] == (
         "host loaded: the 1-minute load average reached 1.50 per core during the steady window")
     assert summary.warnings_for({**columns, "host_load_per_core": 0.2}, "cuda") == [
@@ -159,6 +161,12 @@ def test_explain_names_what_moved_and_nothing_else():
               for rs in (["none", "sw_power_cap"], ["sw_power_cap"], ["sw_power_cap+hw_slowdown", "none"])]
     assert summary.explain(capped[0], capped[1]) == [] and summary.explain(capped[1], capped[0]) == []
     assert summary.explain(capped[0], capped[2]) == ["clock event reasons sw_power_cap → hw_slowdown+sw_power_cap"]
+    # another machine of the same kind (docs/evidence/history-h100/mixed-hosts: same host name, 20 % apart): a GPU
+    # or a host CPU the older group never had is named; the same ones, or fewer, are not
+    machines = [summary.group_view([{"gpu_uuids": u, "host_cpu_model": c} for u, c in rows]) for rows in (
+        [("GPU-a", "Xeon 8480"), ("GPU-a", "Xeon 8480")], [("GPU-a", "Xeon 8480")], [("GPU-b", "EPYC 9654")])]
+    assert summary.explain(machines[0], machines[1]) == []
+    assert summary.explain(machines[0], machines[2]) == ["GPU GPU-a → GPU-b", "host CPU Xeon 8480 → EPYC 9654"]
     hidden = summary.group_view([{"gpu_other_processes": 0, "gpu_memory_used_before_mib": 700}])
     assert summary.explain(summary.group_view([{"gpu_memory_used_before_mib": 4}]), hidden) == [
         "GPU memory in use before the start 4 → 700 MiB"]

@@ -37,6 +37,10 @@ STEADY_ENVIRONMENT = (
     ("host_load_per_core", "fraction", "highest 1-minute load average ÷ logical CPUs; above 1 on a GPU run: a `host "
      "loaded` measurement warning"),
     ("cpu_governor", "-", "CPU frequency governor(s) (`performance`, `powersave`, …; empty where cpufreq is hidden)"),
+    ("gpu_uuids", "-", "the experiment's GPUs by UUID (nvidia-smi), `+`-joined: another physical GPU of the same kind "
+     "is a cause `compare` and `history check` name"),
+    ("host_cpu_model", "-", "the host's CPU (`/proc/cpuinfo` model name): hosts of one name (a VM's `vm`) told "
+     "apart; a host-bound step's speed is the host's"),
     ("environment_samples", "count", "samples inside the steady window (one a second; the nearest one for a "
      "shorter window)"),
     ("environment_note", "-", "why a column above is empty (a field this nvidia-smi lacks, a query that failed or "

@@ -119,6 +119,8 @@ def summarize(payload: dict, window: tuple[float, float] | None) -> dict[str, An
     out["environment_samples"] = len(samples)
     if payload.get("uuids"):
         out.update(_gpu_columns(samples, payload.get("before"), list(payload["uuids"])))
+        out["gpu_uuids"] = "+".join(payload["uuids"])
+    out["host_cpu_model"] = payload.get("cpu_model") or None
     loads = [s["load1"] for s in samples if isinstance(s.get("load1"), (int, float))]
     if loads:
         out["host_load_per_core"] = round(max(loads) / max(int(payload.get("cores") or 1), 1), 3)
@@ -181,7 +183,8 @@ def group_view(rows: list[dict[str, Any]]) -> dict[str, Any]:
                          ("gpu_power_limit_w", min), ("host_load_per_core", max)):
         values = numbers(column)
         view[column] = pick(values) if values else None
-    for column in ("gpu_other_process_names", "gpu_clock_event_reasons", "cpu_governor"):
+    for column in ("gpu_other_process_names", "gpu_clock_event_reasons", "cpu_governor", "gpu_uuids",
+                   "host_cpu_model"):
         view[column] = "; ".join(texts(column)) or None
     return view
 
@@ -243,6 +246,11 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         found.append(f"host load {l0:.2f} → {l1:.2f} per core")
     if before.get("cpu_governor") != after.get("cpu_governor") and before.get("cpu_governor") and after.get("cpu_governor"):
         found.append(f"CPU governor {before['cpu_governor']} → {after['cpu_governor']}")
+    # Another machine of the same kind: a new physical GPU, or a host with another CPU (host-bound steps follow it)
+    for column, label in (("gpu_uuids", "GPU"), ("host_cpu_model", "host CPU")):
+        a, b = before.get(column), after.get(column)
+        if a and b and not set(b.split("; ")) <= set(a.split("; ")):
+            found.append(f"{label} {a} → {b}")
     return found
 
 

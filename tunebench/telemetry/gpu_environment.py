@@ -111,6 +111,18 @@ def cpu_governors() -> str | None:
     return "+".join(sorted(found)) if found else None
 
 
+def cpu_model() -> str | None:
+    """The host's CPU model name (/proc/cpuinfo); None where unreadable (not Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        return None
+    return None
+
+
 class GpuQuery:
     """The nvidia-smi queries of one experiment's GPUs, with the field names this driver accepts."""
 
@@ -251,7 +263,8 @@ class EnvironmentWatch:
     def write(self) -> None:
         import json
 
-        payload = {"version": 1, "cores": self.cores, "harness_pid": self.harness_pid, "interval_s": self.interval_s,
+        payload = {"version": 1, "cores": self.cores, "cpu_model": cpu_model(), "harness_pid": self.harness_pid,
+                   "interval_s": self.interval_s,
                    "uuids": self.query.uuids if self.query else [], "fields": self.query.fields if self.query else {},
                    "notes": self.notes(), "before": self.before, "samples": list(self.samples)}
         try:
