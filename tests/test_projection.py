@@ -99,14 +99,15 @@ def test_streaming_kernels_scale_by_their_roofline_and_their_path():
     assert time(vectorized, 100, shape, "copy", "aten::mm") == pytest.approx(100 / 1.5)
 
 
-def test_the_host_speed_is_the_cpu_op_time_then_the_launch_time():
+def test_the_host_speed_is_the_host_step_figure_else_the_same_host():
     from tunebench.planning.projection.project import host_ratio
 
-    a = Gpu("a", (), {"host_cpu_op_us": 3.0, "host_launch_us": 8.0})
-    b = Gpu("b", (), {"host_cpu_op_us": 4.5, "host_launch_us": 6.0})
-    assert host_ratio(a, b)[0] == pytest.approx(1.5) and "CPU op" in host_ratio(a, b)[1]
-    assert host_ratio(Gpu("c", (), {"host_launch_us": 8.0}), b)[0] == pytest.approx(0.75)
-    assert host_ratio(Gpu("c"), b) == (1.0, "host gaps kept as measured (the same host assumed)")
+    a = Gpu("a", (), {"host_step_us": 20.0, "host_cpu_op_us": 3.0, "host_launch_us": 8.0})
+    b = Gpu("b", (), {"host_step_us": 30.0, "host_cpu_op_us": 4.5, "host_launch_us": 6.0})
+    assert host_ratio(a, b)[0] == pytest.approx(1.5) and "host step 20.00 → 30.00" in host_ratio(a, b)[1]
+    # single-call figures are not a host's speed: without host_step_us on both, the same host
+    assert host_ratio(Gpu("c", (), {"host_cpu_op_us": 3.0, "host_launch_us": 8.0}), b)[0] == 1.0
+    assert host_ratio(Gpu("c"), b)[1].startswith("host time kept as measured")
 
 
 def test_the_synthetic_step_on_the_target_has_its_known_answer(tmp_path):
@@ -118,22 +119,30 @@ def test_the_synthetic_step_on_the_target_has_its_known_answer(tmp_path):
                     f"  - name: {H100}\n    bf16_tflops: 800\n    memory_tb_per_s: 3.0\n")
     frame = project_rows(pd.DataFrame([row]), "dst", str(yaml), str(tmp_path / "r"), gpu_hour_usd=2.0)
     assert frame.loc[0, "proj_note"].startswith("roofline per kernel: scan_kernel_<phase>_<class>_time columns")
-    # per phase: host gap kept + kernels scaled (µs): forward 56 + (1998 + 252 + 22), backward 98 + 6002,
-    # optimizer 502, other 134 + 66; the steady median (5900) scaled by Σ projected ÷ Σ timed (5902)
+    # per phase, the additive model: host gap kept + kernels scaled (µs): forward 56 + (1998 + 252 + 22), backward
+    # 98 + 6002, optimizer 502, other 134 + 66; the steady median (5900) scaled by Σ projected ÷ Σ timed (5902)
     expected_phases = {"forward": 56 + 2272, "backward": 98 + 6002, "clip": 0, "optimizer": 502, "other": 134 + 66}
     scale = STEADY_US / sum(PHASE_US.values())
     with_file = project_rows(pd.DataFrame([{**row, "experiment_id": _id(folder)}]), "dst", str(yaml),
                              str(tmp_path / "r"), gpu_hour_usd=2.0).iloc[0]
     assert with_file["proj_note"].startswith("roofline per kernel: 6 kernels of the scanned step")
-    step = sum(expected_phases.values()) * scale * 1e-6
-    assert with_file["proj_step_time"] == pytest.approx(step, rel=1e-12)
-    for phase, us in expected_phases.items():
-        assert with_file[f"proj_time_{phase}"] == pytest.approx(us * scale * 1e-6, rel=1e-12, abs=1e-15)
-    assert with_file["proj_steady_tokens_per_second"] == pytest.approx(TOKENS / step, rel=1e-12)
-    assert with_file["proj_host_gap_time"] == pytest.approx((56 + 98 + 134) * scale * 1e-6, rel=1e-12)
+    # with the kernel file, the replay: launches at 0, 200, 1200, 1702, 1800, 4900 µs × s; the measured kernels
+    # then end at 4900 s + 1002 = 5900 (the steady median), so s = 4898/4900. On the target the transfer (66) runs
+    # at 0, the matmul at 200 s, and every later kernel waits for its predecessor, not for its launch: the step
+    # is 200 s + 1998 + 252 + 22 + 6002 + 502 µs, the host's gaps hidden but the first (200 s − 66)
+    s = 4898 / 4900
+    step = (200 * s + 1998 + 252 + 22 + 6002 + 502) * 1e-6
+    assert "host scale calibrated to it: 1.00)" in with_file["proj_note"]
+    assert with_file["proj_step_time"] == pytest.approx(step, rel=1e-9)
+    for phase, us in expected_phases.items():  # the additive phases, scaled to the replayed step
+        assert with_file[f"proj_time_{phase}"] == pytest.approx(us / sum(expected_phases.values()) * step, rel=1e-9,
+                                                                abs=1e-15)
+    assert with_file["proj_steady_tokens_per_second"] == pytest.approx(TOKENS / step, rel=1e-9)
+    assert with_file["proj_gpu_busy_time"] == pytest.approx((66 + 2272 + 6002 + 502) * 1e-6, rel=1e-12)
+    assert with_file["proj_host_gap_time"] == pytest.approx((200 * s - 66) * 1e-6, rel=1e-9)
     # cost: 2 USD an hour for TOKENS / step tokens a second; energy: 500 W for the same
-    assert with_file["proj_usd_per_million_tokens"] == pytest.approx(2.0 / 3600 / (TOKENS / step) * 1e6, rel=1e-12)
-    assert with_file["proj_joules_per_token"] == pytest.approx(500 * step / TOKENS, rel=1e-12)
+    assert with_file["proj_usd_per_million_tokens"] == pytest.approx(2.0 / 3600 / (TOKENS / step) * 1e6, rel=1e-9)
+    assert with_file["proj_joules_per_token"] == pytest.approx(500 * step / TOKENS, rel=1e-9)
     # from the columns alone (no kernel file): by class, without shapes or fixed cost, the thin matmul and the
     # elementwise kernel are the only differences: the square matmul and the LoRA product both × 2, no floors
     by_class = frame.iloc[0]

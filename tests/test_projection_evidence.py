@@ -12,6 +12,7 @@ from projection_fixtures import PHASE_US, STEADY_US, kernel_rows, make_results
 
 from scanner.kernel_split import flat_kernels, summarise_kernels, write_rows
 from tunebench.planning.projection.gpu_table import Gpu
+from tunebench.planning.projection.host_replay import Timeline, calibrate
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,30 +22,25 @@ H200 = Gpu("h200", (), {"bf16_tflops": 788, "memory_tb_per_s": 4.3, "kernel_floo
 
 
 def device_output(root: Path, name: str, gpu: str, peaks: dict, scale=None) -> Path:
-    """What projection_evidence.sh returns, for the fixture's experiment measured on `gpu`; `scale`: the kernel
-    durations and phases of another GPU (each kernel as the model would time it there)."""
+    """What projection_evidence.sh returns, for the fixture's experiment measured on `gpu`; `scale`: the kernels
+    and step of another GPU, as the model would have them there (its kernel times, the replay's host)."""
     results = root / f"{name}-results"
     folder, _ = make_results(results)
     rows = kernel_rows()
-    if scale is not None:
+    if scale is not None:  # the step the replay gives on the other GPU, laid out kernel by kernel
         src, dst = scale
-        phases = dict(PHASE_US)
-        for row in rows:
-            new = kernel_seconds(row, src, dst) * 1e6
-            phases[row["phase"]] += new - row["dur_us"]
-            row["dur_us"] = new
-        clock = 0.0  # lay each phase's kernels out again from its start
-        for phase in ("other", "forward", "backward", "clip", "optimizer"):
-            at = clock
-            for row in (r for r in rows if r["phase"] == phase):
-                row["start_us"] = row["launch_us"] = at
-                at += row["dur_us"]
-            clock += phases[phase]
-        step = STEADY_US * sum(phases.values()) / sum(PHASE_US.values())
+        host = calibrate(Timeline.of(rows), STEADY_US * 1e-6)
+        ready = 0.0
+        for row in sorted(rows, key=lambda r: r["launch_us"]):
+            row["launch_us"] *= host
+            row["dur_us"] = kernel_seconds(row, src, dst) * 1e6
+            row["start_us"] = max(ready, row["launch_us"])
+            ready = row["start_us"] + row["dur_us"]
+        phases = {p: v * ready / STEADY_US for p, v in PHASE_US.items()}
         result = json.loads((folder / "results.json").read_text())
-        result.update({"gpu_name": gpu, "steady_step_time_median": step * 1e-6,
-                       "steady_tokens_per_second": 8192 / (step * 1e-6),
-                       "steady_nonpad_tokens_per_second": 8192 / (step * 1e-6),
+        result.update({"gpu_name": gpu, "steady_step_time_median": ready * 1e-6,
+                       "steady_tokens_per_second": 8192 / (ready * 1e-6),
+                       "steady_nonpad_tokens_per_second": 8192 / (ready * 1e-6),
                        **{f"scan_time_{p}": v * 1e-6 for p, v in phases.items()},
                        **flat_kernels(summarise_kernels(rows, 1))})
         (folder / "results.json").write_text(json.dumps(result))

@@ -6,8 +6,9 @@ of 2 GiB (bytes read + written), a bf16 add of two 1 GiB tensors into a third (3
 PyTorch's unrolled (a bf16 → float32 cast) and strided (a broadcast multiply) elementwise paths at 2^25
 elements, with the kernels they ran, and the duration of
 an empty kernel (a 1-element add) back to back; the GPU-side (CUPTI) duration of such a kernel; and the host's
-own speed: host time per launch of that kernel and per CPU op (20 000 calls each). The projection's GPU table
-cites these figures.
+own speed: host time per launch of that kernel and per CPU op (20 000 calls each), and per kernel of a host-bound
+training step (a 4-layer, 64-wide Llama of transformers: forward, backward, AdamW; the host work a fine-tuning
+step does: module calls, autograd, dispatch, launches). The projection's GPU table cites these figures.
 """
 
 from __future__ import annotations
@@ -111,6 +112,46 @@ def host_seconds_per_call(add_, calls: int = 20000) -> float:
     return elapsed / calls
 
 
+def host_step_us(steps: int = 40, repeats: int = 5) -> tuple[float, int]:
+    """(host µs per kernel, kernels per step) of a training step too small for the GPU to matter: the time of
+    `steps` back-to-back steps over the kernels they launch, the median of `repeats`. Its ratio between two machines
+    is the ratio of their hosts' speed at the work a host-bound fine-tuning step does (a single launch or CPU op
+    misses the Python and autograd around it: they moved 0.93x and 1.6x between two machines whose profiled host
+    timelines of the same fine-tuning steps moved 1.1-1.5x)."""
+    import statistics
+    import time
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=256, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).to("cuda", dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    ids = torch.randint(0, 256, (1, 32), device="cuda")
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - started) / steps)
+    return statistics.median(times) / max(kernels, 1) * 1e6, kernels
+
+
 def tiny_kernel_gpu_us() -> float:
     """Median duration the GPU itself reports (CUPTI, read from the chrome trace) for a 1-element add: a kernel's
     fixed cost on this GPU."""
@@ -147,6 +188,10 @@ def measure() -> dict:
         result.update(kernel_names())
     except Exception as exc:  # the names document the figures; their absence must not lose them
         result["kernel_names_error"] = repr(exc)[:300]
+    try:
+        result["host_step_us"], result["host_step_kernels"] = host_step_us()
+    except Exception as exc:
+        result["host_step_us"], result["host_step_us_error"] = None, repr(exc)[:300]
     for name, figure in figures.items():
         try:  # one failing figure must not lose the others
             result[name] = figure()

@@ -9,11 +9,13 @@ import pandas as pd
 
 TOLERANCE = 0.05  # a class ratio or a gap this far from the model's is reported as a contradicted assumption
 COMMANDS = """```bash
-# on each GPU, one device call each (nvidia-h100-x1, then nvidia-h200; carry .whl and .whl-bnb): the GPU's
-# rates (gpu_peaks.py), the rows without bitsandbytes, then the QLoRA rows with it
+# on each GPU, one device call each (nvidia-h100-x1, then nvidia-h200; carry .whl and .whl-bnb, the latter
+# slimmed by scripts/gpu/slim_wheel.py): the GPU's rates (gpu_peaks.py), the rows without bitsandbytes, then
+# the QLoRA rows with it
 STEP=full bash scripts/gpu/uv_device.sh          # -> $OUT/u-full.tgz: results.tgz, kernels-*.tgz, peaks.json, gpus.csv
 # here, on CPU, with both calls' files unpacked (and earlier calls' for the repeatability table):
-python scripts/gpu/projection_report.py H100_OUT H200_OUT --repeat "LABEL=DIR_A:DIR_B" ... --notes NOTES.md
+python scripts/gpu/projection_report.py H100_OUT H200_OUT --repeat "LABEL=DIR_A:DIR_B" ... \
+  --other_pair "LABEL=H100_OUT:H200_OUT" ... --notes NOTES.md
 # the same projection from the command line, e.g. the H100 results onto an H200 and an L40S:
 python benchmark.py plan --project_from /tmp/projection-evidence/H100/results --plan_device "NVIDIA H200, NVIDIA L40S" \\
   --gpu_table docs/evidence/projection-h100-h200/measured-gpus.yaml --results_output_path /tmp/proj
@@ -52,7 +54,7 @@ def _contradictions(headline: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:
         host = rows[["proj_host_gap_time", "proj_step_time"]].dropna()
         if not host.empty and (host["proj_host_gap_time"] / host["proj_step_time"]).max() > 0.05:
             found.append(f"- {direction}: host gaps reach {100 * (host['proj_host_gap_time'] / host['proj_step_time']).max():.0f} % "
-                         "of a projected step; the model keeps them (× the hosts' CPU-op time ratio): check the "
+                         "of a projected step; the replay keeps the host's time (the same host): check the "
                          "host-bound rows' errors above.")
     return found or ["- none beyond the tolerance of ±5 % per kernel class."]
 
@@ -107,25 +109,35 @@ def _split(frames: dict) -> list[str]:
 
 def _variants(stats: dict) -> list[str]:
     names = {"add": "the elementwise add's bandwidth standing for the memory's (instead of the copy's)",
-             "launch": "the host's launch time as its speed (instead of its CPU op time)",
-             "same_host": "no host figure (host gaps kept as measured: the same host assumed)",
-             "shipped": "the shipped GPU table (`gpus.yaml`: no host figures)"}
+             "host_step": "each machine's host figure (host time scaled by the ratio of their `host_step_us`)",
+             "shipped": "the shipped GPU table (`gpus.yaml`: datasheet and earlier measured rates, no host figures)"}
     return [f"- {text}: median {stats[k]['median_abs_pct']:.1f} %, largest {stats[k]['max_abs_pct']:.1f} %, "
             f"{stats[k]['over_10pct']} over 10 %" for k, text in names.items() if stats.get(k, {}).get("rows")]
 
 
+def _markdown(frame: pd.DataFrame, empty: str, header: str, cells) -> list[str]:
+    """A Markdown table of `frame`, one line per row from `cells(row)` (its text columns, then numeric ones)."""
+    if frame.empty:
+        return [empty]
+    columns = header.count("|") - 1
+    return [header, "|---|---|" + "---:|" * (columns - 2), *(f"| {' | '.join(cells(r))} |" for _, r in frame.iterrows())]
+
+
+def _others(others: pd.DataFrame) -> list[str]:
+    return _markdown(others, "No other pair given.", "| pair | host | projections | median | largest | over 10 % |",
+                     lambda r: (r["pair"], r["variant"], str(r["rows"]), f"{r['median_abs_pct']:.1f} %",
+                                f"{r['max_abs_pct']:.1f} %", str(r["over_10pct"])))
+
+
 def _repeats(repeats: pd.DataFrame) -> list[str]:
-    if repeats.empty:
-        return ["No repeated measurement given."]
-    lines = ["| pair | experiment | tokens/s (A) | tokens/s (B) | B ÷ A − 1 |", "|---|---|---:|---:|---:|"]
-    for _, r in repeats.iterrows():
-        lines.append(f"| {r['pair']} | {r['experiment']} | {r['tokens_per_second_a']:,.0f} | "
-                     f"{r['tokens_per_second_b']:,.0f} | {100 * r['difference']:+.1f} % |")
-    return lines
+    return _markdown(repeats, "No repeated measurement given.",
+                     "| pair | experiment | tokens/s (A) | tokens/s (B) | B ÷ A − 1 |",
+                     lambda r: (r["pair"], r["experiment"], f"{r['tokens_per_second_a']:,.0f}",
+                                f"{r['tokens_per_second_b']:,.0f}", f"{100 * r['difference']:+.1f} %"))
 
 
 def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats, error_table, class_table,
-              repeats: pd.DataFrame, notes: str = "") -> None:
+              repeats: pd.DataFrame, notes: str = "", others: pd.DataFrame | None = None) -> None:
     h = stats["headline"]
     parts = [
         "# Projection: from one measured run to another GPU kind (H100 ↔ H200, issue U)", "",
@@ -135,11 +147,15 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
         *_setup(outs, frames, peaks),
         "## Commands", "", COMMANDS, "",
         "## Steady tokens/s: projected against measured", "",
-        f"With the rates gpu_peaks.py measured on the two machines in the same calls: {h['rows']} projections, median "
+        f"With the rates gpu_peaks.py measured on the two machines in the same calls, the host assumed the same: "
+        f"{h['rows']} projections, median "
         f"absolute error **{h['median_abs_pct']:.1f} %**, largest {h['max_abs_pct']:.1f} %, {h['over_10pct']} over "
         f"10 % (acceptance: median ≤ 5 %, none over 10 %)." if h["rows"] else "No experiment ran on both GPUs.", "",
         error_table(headline), "",
         "Sensitivity, not the headline, the same projections with:", "", *_variants(stats), "",
+        "## Other pairs of machines", "",
+        "The same projection on other pairs of an H100 call and an H200 call (`other-pairs.csv`): each pair with "
+        "the rates its own calls measured.", "", *_others(others if others is not None else pd.DataFrame()), "",
         *([notes.strip(), ""] if notes else []),
         "## The same experiment measured twice on one GPU kind", "",
         "No projection can be closer to a measurement than two measurements of one kind are to each other "
@@ -158,6 +174,6 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
         "## Files", "",
         "`projection-h100-h200/`: `projection-errors.csv` (every projection with its `proj_note`), "
         "`projection-errors-shipped-table.csv`, `kernel-class-ratios.csv`, `repeatability.csv`, `raw_summary-h100.csv`, "
-        "`raw_summary-h200.csv`, `measured-gpus.yaml` (the --gpu_table the headline used).", "",
+        "`raw_summary-h200.csv`, `other-pairs.csv`, `measured-gpus.yaml` (the --gpu_table the headline used).", "",
     ]
     path.write_text("\n".join(parts))

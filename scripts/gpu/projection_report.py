@@ -42,11 +42,10 @@ def unpack(out: Path, work: Path) -> Path:
     return results
 
 
-def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per_s",
-                host: str | None = "host_cpu_op_us") -> dict:
+def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per_s", host: bool = False) -> dict:
     """A --gpu_table file with the rates gpu_peaks.py measured in each call (figure by figure over the shipped);
     `bandwidth`: which measured bandwidth stands for the memory's (the copy's, or the elementwise add's); `host`:
-    which host figure is the host's speed (None: the launch's)."""
+    whether the machines' host figures go in too (the model then scales the host's time by their host_step_us)."""
     entries, found = [], {}
     shipped = load_table()
     for out in outs.values():
@@ -56,9 +55,10 @@ def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per
             continue
         cite = f"measured in this evidence's device call (scripts/gpu/gpu_peaks.py, {out.name}/peaks.json)"
         figures = {"bf16_tflops": peaks.get("bf16_matmul_tflops"), "memory_tb_per_s": peaks.get(bandwidth),
-                   "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"), "host_launch_us": peaks.get("host_launch_us"),
-                   "host_cpu_op_us": peaks.get(host), "unrolled_tb_per_s": peaks.get("cast_copy_tb_per_s"),
+                   "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"), "unrolled_tb_per_s": peaks.get("cast_copy_tb_per_s"),
                    "strided_tb_per_s": peaks.get("broadcast_mul_tb_per_s")}
+        if host:
+            figures.update({k: peaks.get(k) for k in ("host_step_us", "host_cpu_op_us", "host_launch_us")})
         entry = {"name": gpu.name, **{k: {"value": round(v, 4), "source": cite} for k, v in figures.items()
                                       if isinstance(v, (int, float)) and v == v and v > 0}}
         entries.append(entry)
@@ -122,16 +122,36 @@ def repeatability(pairs: list[str], work: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def other_pairs(pairs: list[str], work: Path) -> pd.DataFrame:
+    """The headline's projection (each pair's own measured rates, the same host) and the host_step variant on other
+    pairs of an H100 call and an H200 call: one row per pair and variant."""
+    rows = []
+    for spec in pairs:
+        label, _, paths = spec.partition("=")
+        outs = dict(zip(("H100", "H200"), (Path(p) for p in paths.split(":")), strict=True))
+        dirs = {kind: unpack(out, work / label / kind) for kind, out in outs.items()}
+        frames = {kind: measured_frame(d) for kind, d in dirs.items()}
+        for variant, host in (("same host", False), ("host_step_us", True)):
+            table = work / label / f"{variant.replace(' ', '_')}-gpus.yaml"
+            found = peaks_table(outs, table, host=host)
+            if host and not all(f.get("host_step_us") for f in found.values()):
+                continue
+            rows.append({"pair": label, "variant": variant, **summary(directions(frames, dirs, str(table)))})
+    return pd.DataFrame(rows)
+
+
 def error_table(frame: pd.DataFrame) -> str:
-    lines = ["| direction | experiment | measured on source | projected | measured on target | error |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = ["| direction | experiment | measured on source | projected | measured on target | error | host "
+             "elasticity |", "|---|---|---:|---:|---:|---:|---:|"]
     for _, r in frame.iterrows():
         error = "" if pd.isna(r["proj_error"]) else f"{100 * r['proj_error']:+.1f} %"
-        projected = r["proj_steady_tokens_per_second"]
+        projected, elasticity = r["proj_steady_tokens_per_second"], r.get("proj_host_elasticity")
+        shown = "—" if elasticity is None or pd.isna(elasticity) else f"{elasticity:.2f}"
         lines.append(f"| {r['direction']} | {r['scenario']} · {r['framework_config']} | "
                      f"{r['steady_tokens_per_second']:,.0f} | "
                      f"{'—' if pd.isna(projected) else f'{projected:,.0f}'} | "
-                     f"{'—' if pd.isna(r['measured_on_target']) else f'{r.measured_on_target:,.0f}'} | {error} |")
+                     f"{'—' if pd.isna(r['measured_on_target']) else f'{r.measured_on_target:,.0f}'} | {error} | "
+                     f"{shown} |")
     return "\n".join(lines)
 
 
@@ -163,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", nargs="*", default=[], metavar="LABEL=DIR_A:DIR_B",
                         help="two measurements of one GPU kind (device calls' folders): their steady tokens/s side "
                              "by side, the floor under any projection's error")
+    parser.add_argument("--other_pair", nargs="*", default=[], metavar="LABEL=H100_OUT:H200_OUT",
+                        help="more pairs of device calls, projected the same way: their errors in a table of their own")
     parser.add_argument("--notes", type=Path, help="a Markdown file of findings, placed after the headline")
     args = parser.parse_args(argv)
     outs = {"H100": args.h100_out, "H200": args.h200_out}
@@ -174,18 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     headline = directions(frames, dirs, str(data / "measured-gpus.yaml"))
     shipped = directions(frames, dirs, None)
     ratios = class_ratios(dirs, str(data / "measured-gpus.yaml"), "H100", "H200")
-    # sensitivity (not the headline): the elementwise add's bandwidth for the memory's; the launch's time, or no
-    # host figure at all, for the host's speed
+    # sensitivity (not the headline): the elementwise add's bandwidth for the memory's; each machine's host figure
     variants = {}
-    for name, bandwidth, host in (("add", "elementwise_add_tb_per_s", "host_cpu_op_us"),
-                                  ("launch", "copy_tb_per_s", None), ("same_host", "copy_tb_per_s", "none")):
+    for name, bandwidth, host in (("add", "elementwise_add_tb_per_s", False), ("host_step", "copy_tb_per_s", True)):
         table = args.work / f"{name}-gpus.yaml"
         peaks_table(outs, table, bandwidth, host)
-        if name == "same_host":  # neither host figure: gaps kept as measured
-            entries = yaml.safe_load(table.read_text())["gpus"]
-            table.write_text(yaml.safe_dump({"gpus": [{k: v for k, v in e.items() if not k.startswith("host_")}
-                                                      for e in entries]}, sort_keys=False))
         variants[name] = summary(directions(frames, dirs, str(table)))
+    others = other_pairs(args.other_pair, args.work / "pairs")
     headline.to_csv(data / "projection-errors.csv", index=False)
     shipped.to_csv(data / "projection-errors-shipped-table.csv", index=False)
     ratios.to_csv(data / "kernel-class-ratios.csv", index=False)
@@ -195,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
 
     repeats = repeatability(args.repeat, args.work / "repeats")
     repeats.to_csv(data / "repeatability.csv", index=False)
+    others.to_csv(data / "other-pairs.csv", index=False)
     stats = {"headline": summary(headline), "shipped": summary(shipped), **variants}
     write_doc(args.doc, outs, frames, peaks, headline, shipped, ratios, stats, error_table, class_table,
-              repeats, args.notes.read_text() if args.notes else "")
+              repeats, args.notes.read_text() if args.notes else "", others)
     print(json.dumps(stats, indent=2))
     return 0
 

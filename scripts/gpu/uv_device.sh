@@ -5,8 +5,9 @@
 #   STEP=h100-v / STEP=h100-q                      # h100-b's two halves, one device call each (carry limit:
 #                                                  # .whl-v and .whl-bnb together exceed 64 MiB)
 #   STEP=h200   bash scripts/gpu/uv_device.sh   # peaks; U's rows without, then with bitsandbytes
-# Wheels: .whl (trl, datasets, dill, multiprocess), .whl-v (duckdb, ruptures), .whl-bnb (bitsandbytes), each
-# installed into .site/<name> (an ignored folder: on a warm machine the next call finds it there).
+# Wheels: .whl (trl, datasets, dill, multiprocess), .whl-v (duckdb, ruptures), .whl-bnb (bitsandbytes, slimmed
+# by scripts/gpu/slim_wheel.py to fit the carry beside the repository), each installed into .site/<name> (an
+# ignored folder: on a warm machine the next call finds it there).
 # Without bitsandbytes PEFT and TRL are preloaded once per matrix; with it every experiment imports them (a GPU
 # host cannot preload them), so U's QLoRA rows run in a pass of their own and V's default set runs without it
 # (its quantized pair left out: history_evidence.sh says so).

@@ -53,7 +53,11 @@ PROJECTION_COLUMNS: tuple[tuple, ...] = (
      f"projected time of a phase ({_PHASES}); `comm` is the exposed communication time"),
     ("proj_gpu_busy_time", "metric", "s", None, "phase", "projected GPU busy time of a step (kernels only)"),
     ("proj_host_gap_time", "metric", "s", None, "phase",
-     "step time the GPU was not busy (host-bound work, launch gaps): kept as measured"),
+     "projected step time the GPU is not busy (waiting for the host): the replayed step − the busy time"),
+    ("proj_host_elasticity", "metric", "fraction", None, "stability",
+     "how much of a change in the host's speed reaches the step (d ln step ÷ d ln host time, by the replay): 0 "
+     "GPU-bound, 1 host-bound; near 1 the projection is only as good as the target machine's host (empty without "
+     "kernel rows)"),
     ("proj_comm_bytes", "metric", "bytes", None, "memory", "bytes each rank sends through collectives per step"),
     ("proj_mem_peak", "metric", "bytes", None, "memory", "per-rank peak from the fake step (pred_mem_peak)"),
     ("proj_fits", "metric", "-", None, None, "the per-rank prediction fits the target GPU (pred_fits)"),

@@ -27,6 +27,7 @@ FIGURES: dict[str, Range] = {
     "gpu_link_gb_per_s": POSITIVE, "host_link_gb_per_s": POSITIVE, "network_gb_per_s": POSITIVE,
     "link_latency_us": Range(0, 1e7), "kernel_floor_us": Range(0, 1e7), "host_launch_us": POSITIVE,
     "unrolled_tb_per_s": POSITIVE, "strided_tb_per_s": POSITIVE, "host_cpu_op_us": POSITIVE,
+    "host_step_us": POSITIVE,
     "usd_per_hour": Range(0, 1e6),  # a user's price of one GPU hour (never shipped)
 }
 REQUIRED = ("bf16_tflops", "memory_tb_per_s")

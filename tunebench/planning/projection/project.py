@@ -16,12 +16,14 @@ import pandas as pd
 
 import tunebench.planning.projection.ranks as ranks
 from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table, resolve
+from tunebench.planning.projection.host_replay import project_replay
 from tunebench.planning.projection.kernel_model import (
     Rates,
+    kernel_seconds,
     phase_kernel_times,
     phase_kernel_times_from_columns,
 )
-from tunebench.planning.projection.step_model import PHASES, Measured, project_step
+from tunebench.planning.projection.step_model import PHASES, Measured, Projected, project_step
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +69,8 @@ def _read_kernels(folder: Path | None) -> list[dict] | None:
         return None
 
 
-def kernel_times(row: Any, folder: Path | None, src: Rates, dst: Rates) -> tuple[dict, str]:
+def kernel_times(rows: list[dict] | None, row: Any, src: Rates, dst: Rates) -> tuple[dict, str]:
     """phase → (K_p, K'_p) and how they were obtained."""
-    rows = _read_kernels(folder)
     if rows:
         steps = max(1, len({r["step"] for r in rows}))
         return phase_kernel_times(rows, src, dst, steps), (
@@ -79,13 +80,34 @@ def kernel_times(row: Any, folder: Path | None, src: Rates, dst: Rates) -> tuple
 
 
 def host_ratio(src: Gpu, dst: Gpu) -> tuple[float, str]:
-    """How much slower the target's host is: its time per CPU op (a host-bound stretch is op dispatch), else per
-    launch, when the table gives it for both; else the same host."""
-    for figure, label in (("host_cpu_op_us", "CPU op"), ("host_launch_us", "launch")):
-        a, b = src.value(figure), dst.value(figure)
-        if a and b:
-            return b / a, f"host gaps × {b / a:.3f} ({label} {a:.2f} → {b:.2f} µs, table)"
-    return 1.0, "host gaps kept as measured (the same host assumed)"
+    """How much longer the target's host takes for the same host work: the ratio of the table's `host_step_us`
+    (a host-bound training step, gpu_peaks.py) when it gives one for both GPUs; else the same host. Single-call
+    figures are not used: on one machine, two calls apart, a launch measured 7.8 and 13.4 µs and a CPU op 3.0 and
+    5.8 µs (docs/evidence/projection-h100-h200.md)."""
+    a, b = src.value("host_step_us"), dst.value("host_step_us")
+    if a and b:
+        return b / a, f"host time × {b / a:.3f} (host step {a:.2f} → {b:.2f} µs per kernel, table)"
+    return 1.0, "host time kept as measured (the same host assumed: the table gives no host_step_us for both)"
+
+
+def step_on_target(rows: list[dict] | None, measured: Measured, times: dict, src: Rates, dst: Rates,
+                   ratio: float) -> tuple[Projected, str, float | None]:
+    """The single-GPU step on the target: the launch-queue replay of the scanned step when its kernel rows are
+    there (phases from the additive model, scaled to the replay's step), else the additive model alone; and the
+    step's elasticity to the host's time (the replay's; None without it)."""
+    single = project_step(measured, times, ratio)
+    if not rows:
+        return single, ("scaled by the phases' Σ projected ÷ Σ timed, each phase's host gap added to its scaled GPU "
+                        "time (no kernel rows to replay)"), None
+    target = {id(r): kernel_seconds(r, src, dst) for r in rows if r["class"] != "sync"}
+    replayed = project_replay(rows, target, measured.step_time, ratio)
+    scale = replayed.step_time / single.step_time if single.step_time > 0 else 1.0
+    busy = sum(target.values()) / max(1, len({r["step"] for r in rows}))
+    scales = [f"{s:.2f}" if isinstance(s, float) else s for s in replayed.host_scales]
+    note = (f"launch-queue replay of the scanned step (host scale calibrated to it: {', '.join(scales)}), phases "
+            "split as the phases' projected times")
+    return Projected(replayed.step_time, {p: v * scale for p, v in single.phase_time.items()}, busy,
+                     max(0.0, replayed.step_time - busy), single.clamped), note, replayed.host_elasticity
 
 
 def _figures(gpu: Gpu) -> str:
@@ -105,9 +127,10 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     if measured is None or source is None:
         return {**out, "proj_note": f"not projected: {why}"}
     src, dst = Rates.of(source), Rates.of(target)
-    times, method = kernel_times(row, folder, src, dst)
+    rows = _read_kernels(folder)
+    times, method = kernel_times(rows, row, src, dst)
     ratio, host_text = host_ratio(source, target)
-    single = project_step(measured, times, ratio)
+    single, replay_text, elasticity = step_on_target(rows, measured, times, src, dst, ratio)
     phases = ranks.rank_phases(single.phase_time, parallelism or "", n)
     step, comm_note, comm_bytes, exposed = sum(phases.values()), "", 0.0, 0.0
     if n > 1:
@@ -119,11 +142,12 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     out.update({"proj_steady_tokens_per_second": tokens / step, "proj_steady_nonpad_tokens_per_second": nonpad / step,
                 "proj_step_time": step, **{f"proj_time_{p}": v for p, v in phases.items()},
                 "proj_time_comm": exposed, "proj_gpu_busy_time": single.busy_time, "proj_host_gap_time": single.gap_time,
+                "proj_host_elasticity": elasticity,
                 "proj_comm_bytes": comm_bytes})
     clamped = f"; phases whose scanned kernels outlasted the timed phase, scaled whole: {', '.join(single.clamped)}" \
         if single.clamped else ""
     out["proj_note"] = (f"roofline per kernel: {method}; {_figures(source)} → {_figures(target)}; {host_text}; "
-                        f"steady median {measured.step_time:.4f} s scaled by the phases' Σ projected ÷ Σ timed"
+                        f"steady median {measured.step_time:.4f} s: {replay_text}"
                         f"{clamped}{comm_note}")
     return out
 

@@ -1,16 +1,17 @@
-"""A measured steady step on another GPU: per phase, the GPU's busy time scales kernel by kernel, the rest stays.
+"""A measured steady step on another GPU, phase by phase: the GPU's busy time scales kernel by kernel, the rest stays.
 
 Per phase p (forward, backward, clip, optimizer, other) the measured row gives the phase's time T_p (the
 scanner's timed median step) and the kernel split of the memory-scanned step gives its GPU busy time B_p (the
 union of its kernels) and its kernels' summed durations K_p, which kernel_model turns into K'_p on the target.
   * gap_p = max(0, T_p − B_p): the GPU waited for the host (launches, Python, data): host time, kept as measured
-    (× the hosts' launch-time ratio when the table has both, else unchanged);
+    (× the hosts' ratio, project.host_ratio);
   * B'_p = B_p × K'_p / K_p: the busy time scales as its kernels do (overlap between streams kept);
   * T'_p = gap_p + B'_p; where a phase's kernels took longer than its time (B_p > T_p: the scanned step ran
     slower kernels), T'_p = T_p × K'_p / K_p.
 The step is the steady median scaled by Σ T'_p / Σ T_p, so the projection onto the measured GPU returns the
 measurement exactly. Known bias: in a host-bound stretch a faster GPU waits longer instead of finishing sooner,
-so the model over-states gains (and losses) there by up to the busy time that the host hid.
+so the model over-states gains (and losses) there by up to the busy time that the host hid. Where the scanned
+step's kernel rows exist, host_replay.py gives the step instead and these phases are scaled to it.
 """
 
 from __future__ import annotations
