@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 
 from tunebench.planning.projection.gpu_table import Gpu
@@ -105,13 +106,6 @@ def _tensors(dims_text: str, types_text: str) -> list[tuple[list[int], int]] | N
     return out
 
 
-def _numel(shape: list[int]) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count
-
-
 def streamed_bytes(op: str, dims_text: str, types_text: str) -> float | None:
     """Bytes an elementwise, copy or reduction operator must move at least: its tensor inputs read once, and its
     output (the broadcast of its inputs; the first input when in place; nothing for a reduction's small output)
@@ -124,7 +118,7 @@ def streamed_bytes(op: str, dims_text: str, types_text: str) -> float | None:
     tensors = _tensors(dims_text, types_text)
     if not tensors:
         return None
-    sizes = [_numel(shape) * element for shape, element in tensors]
+    sizes = [math.prod(shape) * element for shape, element in tensors]
     if name == "fill_":
         return float(sizes[0])
     if name == "copy_":  # (destination, source): one read, one write
@@ -135,7 +129,7 @@ def streamed_bytes(op: str, dims_text: str, types_text: str) -> float | None:
         return float(sum(sizes))
     rank = max(len(shape) for shape, _ in tensors)
     padded = [[1] * (rank - len(shape)) + shape for shape, _ in tensors]
-    out = _numel([max(column) for column in zip(*padded, strict=True)])
+    out = math.prod([max(column) for column in zip(*padded, strict=True)])
     return float(sum(sizes) + out * tensors[0][1])
 
 

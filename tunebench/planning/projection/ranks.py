@@ -36,7 +36,6 @@ class Collective:
     kind: str  # all_reduce, all_gather, reduce_scatter
     payload: float  # bytes of the full logical tensor(s), per step
     count: int  # collectives per step (latency terms)
-    window: str  # the phase it overlaps: forward, backward
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,12 @@ def collectives(parallelism: str, n: int, param_bytes: float, grad_bytes: float,
     if n <= 1:
         return []
     if parallelism == "ddp":
-        return [Collective("all_reduce", grad_bytes, max(1, math.ceil(grad_bytes / DDP_BUCKET)), "backward")]
+        return [Collective("all_reduce", grad_bytes, max(1, math.ceil(grad_bytes / DDP_BUCKET)))]
     units = layers + 1
-    return [Collective("all_gather", param_bytes * micro_batches, units * micro_batches, "forward"),
-            Collective("all_gather", param_bytes * micro_batches, units * micro_batches, "backward"),
-            Collective("reduce_scatter", grad_bytes * micro_batches, units * micro_batches, "backward")]
+    # all-gathers in forward and again in backward, reduce-scatters in backward
+    return [Collective("all_gather", param_bytes * micro_batches, units * micro_batches),
+            Collective("all_gather", param_bytes * micro_batches, units * micro_batches),
+            Collective("reduce_scatter", grad_bytes * micro_batches, units * micro_batches)]
 
 
 def seconds(c: Collective, n: int, link: Link) -> float:
