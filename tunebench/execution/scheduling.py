@@ -88,13 +88,20 @@ class Scheduler:
         return not self.queue and not self.running
 
 
-def overlaps(intervals: dict[int, tuple[float, float | None]], key: int) -> int:
-    """How many other experiments ran at any time during experiment `key` (start, end; end None = running)."""
+def overlapping(intervals: dict[int, tuple[float, float | None]], key: int) -> list[int]:
+    """The other experiments that ran at any time during experiment `key` (start, end; end None = running)."""
     start, end = intervals[key]
-    count = 0
-    for other, (o_start, o_end) in intervals.items():
-        if other == key:
-            continue
-        if o_start < (end if end is not None else float("inf")) and (o_end is None or o_end > start):
-            count += 1
-    return count
+    return sorted(other for other, (o_start, o_end) in intervals.items()
+                  if other != key and o_start < (end if end is not None else float("inf"))
+                  and (o_end is None or o_end > start))
+
+
+def overlaps(intervals: dict[int, tuple[float, float | None]], key: int) -> int:
+    """How many other experiments ran at any time during experiment `key`."""
+    return len(overlapping(intervals, key))
+
+
+def overlap_columns(intervals: dict[int, tuple[float, float | None]], key: int, ids: list[str]) -> dict[str, object]:
+    """A row's `concurrent_experiments` (how many) and `concurrent_experiment_ids` (which: `ids[k]` of each)."""
+    others = overlapping(intervals, key)
+    return {"concurrent_experiments": len(others), "concurrent_experiment_ids": ";".join(ids[k] for k in others)}

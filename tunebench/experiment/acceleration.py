@@ -57,10 +57,15 @@ def problems(entry: dict[str, dict], device_type: str) -> list[Problem]:
 def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
     """Why a setting does not apply to this experiment (the row is `skipped` with it), or None."""
     from tunebench.experiment.arguments import ModelArguments
+    from tunebench.experiment.sharding import fsdp_of
+    from tunebench.experiment.sharding import quantized_skip_reason as sharded_skip_reason
 
     model_values = {k: v for k, v in entry.get("model", {}).items() if k in ModelArguments.__dataclass_fields__}
-    reason = quantized_skip_reason(quantization_of(ModelArguments(**model_values)),
-                                   entry.get("peft", {}).get("peft_method", "none"))
+    model_args = ModelArguments(**model_values)
+    fsdp = fsdp_of(entry.get("training", {}))
+    quantization = quantization_of(model_args, sharded=fsdp is not None)
+    reason = (quantized_skip_reason(quantization, entry.get("peft", {}).get("peft_method", "none"))
+              or sharded_skip_reason(fsdp, quantization, str(model_args.torch_dtype)))
     if reason:
         return reason
     if entry.get("training", {}).get("use_liger_kernel"):

@@ -53,6 +53,10 @@ class ModelArguments:
         default=False, metadata={"help": "quantize the 4-bit blocks' scales too (QLoRA's double quantization)"})
     bnb_4bit_compute_dtype: Literal["bfloat16", "float16", "float32"] = field(
         default="bfloat16", metadata={"help": "dtype the 4-bit weights are dequantized to for each matmul"})
+    bnb_4bit_quant_storage: Literal["auto", "uint8", "bfloat16", "float16", "float32"] = field(
+        default="auto", metadata={"help": "dtype the packed 4-bit weights are stored in: `uint8` (bitsandbytes' "
+                                  "default) or a float dtype, which FSDP can shard (FSDP-QLoRA); `auto` = the "
+                                  "weights' dtype under FSDP, `uint8` otherwise"})
 
 
 @dataclass

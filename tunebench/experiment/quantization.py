@@ -39,6 +39,7 @@ class Quantization:
     double_quant: bool = False
     compute_dtype: str = "bfloat16"
     int8_threshold: float = INT8_THRESHOLD
+    storage: str = "uint8"  # 4-bit: the dtype the packed weights are stored in (a float one lets FSDP shard them)
 
     @property
     def enabled(self) -> bool:
@@ -50,14 +51,25 @@ class Quantization:
             return f"bnb-8bit-t{self.int8_threshold:g}"  # not bitsandbytes' default split: a different row
         if self.method != "bnb-4bit":
             return self.method
-        return f"bnb-4bit-{self.quant_type}" + ("-dq" if self.double_quant else "")
+        storage = "" if self.storage == "uint8" else f"-{self.storage}-storage"
+        return f"bnb-4bit-{self.quant_type}" + ("-dq" if self.double_quant else "") + storage
 
 
-def quantization_of(model_args) -> Quantization:
-    """The typed setting from ModelArguments (load_in_4bit / load_in_8bit and the bnb_4bit_* keys)."""
+FLOAT_STORAGE = ("bfloat16", "float16", "float32")
+
+
+def quantization_of(model_args, sharded: bool = False) -> Quantization:
+    """The typed setting from ModelArguments (load_in_4bit / load_in_8bit and the bnb_4bit_* keys). `sharded`: the
+    run shards its parameters (FSDP), where `bnb_4bit_quant_storage: auto` stores the 4-bit weights in the
+    weights' own dtype, so FSDP shards them like the rest (uint8-stored ones it cannot: accelerate leaves them
+    whole on every rank)."""
     if getattr(model_args, "load_in_4bit", False):
+        storage = getattr(model_args, "bnb_4bit_quant_storage", "auto") or "auto"
+        if storage == "auto":
+            dtype = str(getattr(model_args, "torch_dtype", "bfloat16"))
+            storage = (dtype if dtype in FLOAT_STORAGE else "bfloat16") if sharded else "uint8"
         return Quantization("bnb-4bit", model_args.bnb_4bit_quant_type, bool(model_args.bnb_4bit_use_double_quant),
-                            model_args.bnb_4bit_compute_dtype)
+                            model_args.bnb_4bit_compute_dtype, storage=storage)
     if getattr(model_args, "load_in_8bit", False):
         return Quantization("bnb-8bit", int8_threshold=float(getattr(model_args, "llm_int8_threshold", INT8_THRESHOLD)))
     return Quantization()
@@ -94,7 +106,8 @@ def bnb_config(quantization: Quantization):
         return BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=quantization.int8_threshold)
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quantization.quant_type,
                               bnb_4bit_use_double_quant=quantization.double_quant,
-                              bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype))
+                              bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype),
+                              bnb_4bit_quant_storage=getattr(torch, quantization.storage))
 
 
 def adapters_in_bfloat16(model) -> None:

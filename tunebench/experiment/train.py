@@ -111,7 +111,7 @@ def _build(entry: tuple, startup) -> _Training:
     # The Trainer seeds only after the model exists: a random-init model (a preset, a config-only folder) would
     # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
     set_seed(sft_config.seed)
-    quantization = quantization_of(model_args)
+    quantization = quantization_of(model_args, sharded=bool(sft_config.fsdp))
     model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
                        init_device=components.preset_init_device(model_args, sft_config, state),
                        quantization=quantization, seed=sft_config.seed)

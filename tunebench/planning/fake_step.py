@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
+from tunebench.experiment.sharding import Fsdp
 from tunebench.planning.int8_outliers import OutlierColumns
 from tunebench.planning.quantized import (
     fake_kernels,
@@ -60,6 +61,8 @@ class StepShape:
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
     quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
     int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
+    fsdp: Fsdp | None = None  # FSDP2 over `world` ranks: the step of rank 0 (planning.sharded_step)
+    world: int = 1
 
 
 def _model(shape: StepShape):
@@ -136,21 +139,29 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tunebench.planning.attention_kernels import summary
+    from tunebench.planning.sharded_step import fake_ranks, local, shard
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
-    with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), FakeTensorMode(allow_non_fake_inputs=True), \
-            _grouped_mm_fallback_unless_bf16(shape.dtype):
+    sharded = shape.fsdp is not None and shape.world > 1
+    with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
+            (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, \
+            FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
+        if sharded:
+            model = shard(model, shape.fsdp, mesh, "bf16" if shape.autocast_bf16 else "no")
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = _optimizer_with_state(trainable, shape.optimizer)
         step = _TracedStep(shape, config, gpu_arch, round_to_cuda_blocks, block)
         step.run(model, optimizer, trainable)
         snapshot = step.tracker.get_tracker_snapshot("peak")
-    out = _categories(snapshot, optimizer, step.rules, block)
+        # FSDP2: the parameters are this rank's shards; MemTracker also files the gathered layers alive at the peak
+        # (registered as the modules' parameters while in use) as parameters, the scanner as temporaries.
+        held = _shard_bytes(model, block) if sharded else None
+    out = _categories(snapshot, optimizer, step.rules, block, held)
     out["activations_max"] = step.meter.max  # the CPU scanner's `activations`: the step's maximum
-    out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
+    out["grads_full"] = sum(rounded(local(p).untyped_storage().nbytes(), block) for p in trainable)  # CPU scanner's grads
     # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
     # it. The scanner counts it in params, and so does the prediction, with the part shown on its own.
     out["quant_state"] = quant_state_bytes(model, block) if shape.quantization is not None else 0
@@ -254,11 +265,15 @@ class _TracedStep:
             handle.remove()
 
 
-def _categories(snapshot: dict, optimizer, rules, block: int) -> dict:
-    """The tracker's peak as the scanner's categories (the scanner's own split of it on a CUDA target)."""
+def _categories(snapshot: dict, optimizer, rules, block: int, params: int | None = None) -> dict:
+    """The tracker's peak as the scanner's categories (the scanner's own split of it on a CUDA target); `params`:
+    the parameters' own bytes where MemTracker's figure holds more (FSDP2's gathered layers: temporaries)."""
     device = next(iter(snapshot))
     peak = {getattr(k, "value", str(k)): int(v) for k, v in snapshot[device].items()}
     out = {name: sum(peak.get(r, 0) for r in refs) for name, refs in CATEGORIES.items()}
+    if params is not None and params < out["params"]:
+        out["temporaries"] += out["params"] - params
+        out["params"] = params
     # MemTracker files what the optimizer step allocates under its optimizer state; the scanner's `optimizer`
     # is the state alone (every tensor in optimizer.state), the rest of the step's transients are temporaries.
     state = _state_bytes(optimizer, block)
@@ -350,10 +365,23 @@ def _peak_only(tracker_class):
     return PeakOnlyMemTracker
 
 
+def _shard_bytes(model, block: int) -> int:
+    """Bytes of the model's parameters as this rank holds them (FSDP2: its shards), each storage once."""
+    from tunebench.planning.sharded_step import local
+
+    storages = {}
+    for p in model.parameters():
+        storage = local(p).untyped_storage()
+        storages[storage._cdata] = rounded(storage.nbytes(), block)
+    return sum(storages.values())
+
+
 def _state_bytes(optimizer, block: int) -> int:
     import torch
 
-    return sum(rounded(t.untyped_storage().nbytes(), block)
+    from tunebench.planning.sharded_step import local
+
+    return sum(rounded(local(t).untyped_storage().nbytes(), block)
                for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
 
 

@@ -12,7 +12,6 @@ What the fake step cannot see, and how it is accounted for:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 from tunebench.experiment.arguments import DataArguments, ModelArguments, PeftArguments
 from tunebench.experiment.quantization import quantization_of
+from tunebench.experiment.sharding import fsdp_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.fake_step import StepShape, predict_step
 
@@ -68,35 +68,29 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
     data = DataArguments(**spec.entry.get("data", {}))
     peft = PeftArguments(**spec.entry.get("peft", {}))
     training = spec.entry.get("training", {})
-    fsdp_config = _as_dict(spec.value("training", "fsdp_config"))
-    fsdp = bool(spec.value("training", "fsdp"))
+    fsdp_setting = fsdp_of(training) if spec.num_gpus > 1 else None
+    fsdp = fsdp_setting is not None
     dtype = "float32" if model.torch_dtype == "auto" else model.torch_dtype
     padded = not (data.synthetic_length_distribution == "fixed" and data.training_data_path == "synthetic")
     packed = bool(spec.value("training", "packing") and spec.value("training", "padding_free"))
     if packed:
         padded = False
     optim = spec.value("training", "optim")
+    quantization = quantization_of(model, sharded=fsdp)
     shape = StepShape(
         model=model.model_name_or_path, dtype=dtype, micro_batch=spec.value("training", "per_device_train_batch_size"),
         seq_len=data.max_seq_len, padded=padded, packed=packed, grad_accum=spec.value("training", "gradient_accumulation_steps"),
         peft=peft.peft_method, lora_r=peft.r, lora_alpha=peft.lora_alpha, lora_targets=tuple(peft.target_modules),
         virtual_tokens=peft.num_virtual_tokens,
-        checkpointing=checkpointing_on(training) or bool(fsdp_config.get("activation_checkpointing")),
+        checkpointing=checkpointing_on(training),
         autocast_bf16=bool(spec.value("training", "bf16") or spec.value("training", "fp16")),
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
-        quantization=quantization_of(model) if quantization_of(model).enabled else None,
+        quantization=quantization if quantization.enabled else None,
+        # FSDP2 runs in the fake step itself (planning.sharded_step); FSDP1 is sharded analytically (_shard)
+        fsdp=fsdp_setting if fsdp and fsdp_setting.version == 2 else None, world=spec.num_gpus if fsdp else 1,
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
-
-
-def _as_dict(value: Any) -> dict:
-    """fsdp_config as given: a dict, or JSON text (what argparse leaves for dict-typed Trainer fields)."""
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str) and value.strip().startswith("{"):
-        return json.loads(value)
-    return {}
 
 
 def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None,
@@ -126,7 +120,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     other = CUBLAS_WORKSPACES if cuda else 0
     if sharding.ddp and cuda:
         other += step["grads"] or _trainable_bytes(step)  # DDP's buckets hold a copy of every gradient
-    if sharding.fsdp and sharding.world > 1:
+    if sharding.fsdp and sharding.world > 1 and shape.fsdp is None:  # FSDP1: analytic
         _shard(step, shape, sharding.world)
     row = {f"pred_mem_{name}": step[name] for name in CATEGORIES}
     row["pred_mem_other"] = other

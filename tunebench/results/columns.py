@@ -302,6 +302,8 @@ REGISTRY: tuple[Column, ...] = (
        "their addresses in node-rank order)"),
     _k("concurrent_experiments", BOOKKEEPING, "count", S_BOOK,
        "other experiments that ran at any moment during this one (shared host CPU, PCIe, power: timing may suffer)"),
+    _k("concurrent_experiment_ids", BOOKKEEPING, "-", S_BOOK,
+       "which: the experiment_id of each of them, `;`-separated (empty: it ran alone)"),
     _k("startup_preloaded", BOOKKEEPING, "-", S_BOOK,
        "forked from the preload server (torch/transformers/TRL imported once per matrix) instead of a new interpreter"),
 )

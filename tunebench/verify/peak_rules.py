@@ -148,8 +148,9 @@ class SavedTensorMeter:
         import torch
 
         self.rules, self.block = rules, block
-        self.excluded = {p.untyped_storage()._cdata for p in model.parameters()}
-        self.excluded |= {b.untyped_storage()._cdata for b in model.buffers()}
+        # (a DTensor, FSDP2's shard, holds no storage of its own: its local tensor does)
+        self.excluded = {getattr(p, "_local_tensor", p).untyped_storage()._cdata for p in model.parameters()}
+        self.excluded |= {getattr(b, "_local_tensor", b).untyped_storage()._cdata for b in model.buffers()}
         self.live: dict[int, list[int]] = {}  # storage → [holders, bytes]
         self.total = self.max = 0
         self.forward_open = False
@@ -197,7 +198,8 @@ class SavedTensorMeter:
 
     def _hold(self, tensor) -> bool:
         key = tensor.untyped_storage()._cdata
-        if key in self.excluded or isinstance(tensor, self._parameter):
+        # a parameter made after the meter began (FSDP2's gathered weights) or a view of one: not an activation
+        if key in self.excluded or isinstance(tensor._base if tensor._base is not None else tensor, self._parameter):
             return False
         entry = self.live.get(key)
         if entry is None:

@@ -18,7 +18,7 @@ from typing import Any
 from tunebench.bounds import Range
 from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, run_one
 from tunebench.execution.processes import stop_description
-from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlaps
+from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlap_columns
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.plugins import cli_option
 from tunebench.vocabulary import Status
@@ -61,13 +61,14 @@ class LocalExecutor:
             options = replace(options, extra_env={**options.extra_env, "OMP_NUM_THREADS": str(share)})
         preload_seconds = self._warm_preload(experiments, options)
         intervals: dict[int, tuple[float, float | None]] = {}
+        ids = [e.experiment_id for e in experiments]
         pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="experiment")
         running: dict[Any, int] = {}
 
         def record(future, key: int) -> None:
             intervals[key] = (intervals[key][0], time.monotonic())
             row = self._row(future, experiments[key], options)
-            row["concurrent_experiments"] = overlaps(intervals, key)
+            row.update(overlap_columns(intervals, key, ids))
             row["executor"] = self.name
             if preload_seconds is not None and row.get("startup_preloaded"):
                 row["startup_preload_seconds"] = preload_seconds

@@ -32,7 +32,7 @@ from tunebench.execution.executors.ray_spanning import SpanningRun
 from tunebench.execution.executors.ray_tasks import run_task, unpack
 from tunebench.execution.experiment_run import RunOptions, base_row
 from tunebench.execution.processes import stop_description
-from tunebench.execution.scheduling import overlaps
+from tunebench.execution.scheduling import overlap_columns
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.results.summaries import write_row
 from tunebench.vocabulary import Status
@@ -173,8 +173,7 @@ class RayExecutor:
             shutil.rmtree(options.output_dir / experiment.folder_name, ignore_errors=True)
             unpack(archive, options.output_dir)
         intervals[index] = (where["start"], where["end"])
-        row.update({"executor": self.name, "ray_node": where["node"],
-                    "concurrent_experiments": overlaps(intervals, index)})
+        row.update({"executor": self.name, "ray_node": where["node"]})
         return row
 
 
@@ -234,6 +233,7 @@ class _Tasks:
                 if ref in self.pending:
                     index = self.pending.pop(ref)
                     self.rows[index] = collect(ref, self.experiments[index], self.options, self.intervals, index)
+                    self.rows[index].update(self._overlaps(index))
                     self.finished(index, self.rows[index])
                 else:
                     self._advance(ref)
@@ -241,9 +241,16 @@ class _Tasks:
                 run.tick()
         # A task's start is known only when it returns: count the overlaps again with every interval known.
         for index in self.intervals:
-            if self.rows[index].get("concurrent_experiments") != overlaps(self.intervals, index):
-                self.rows[index]["concurrent_experiments"] = overlaps(self.intervals, index)
+            columns = self._overlaps(index)
+            if any(self.rows[index].get(name) != value for name, value in columns.items()):
+                self.rows[index].update(columns)
                 self.finished(index, self.rows[index])
+
+    def _overlaps(self, index: int) -> dict[str, object]:
+        """concurrent_* of a row whose interval is known (an error row without one has none)."""
+        if index not in self.intervals:
+            return {}
+        return overlap_columns(self.intervals, index, [e.experiment_id for e in self.experiments])
 
     def _advance(self, ref) -> None:
         index = self.span_refs.pop(ref)
@@ -257,7 +264,7 @@ class _Tasks:
         self.rows[index] = dict(run.row)
         if run.interval():  # node 0 returned: when the experiment ran is known
             self.intervals[index] = run.interval()
-            self.rows[index]["concurrent_experiments"] = overlaps(self.intervals, index)
+            self.rows[index].update(self._overlaps(index))
         self.finished(index, self.rows[index])
 
     def cancel(self) -> list[int]:
