@@ -209,6 +209,8 @@ class _TracedStep:
         # The batch exists before the tracker looks (as the Trainer's batch does before its step).
         ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
         mask = torch.ones_like(ids) if self.shape.padded else None
+        if self.shape.fsdp is not None and self.shape.world > 1:
+            self._warm_up(model, optimizer, trainable, ids, mask)
         ignore_frozen_parameters(self.tracker, model)
         with _cuda_block_rounding(self.round):
             self.tracker.track_external(model, optimizer)  # sized (and rounded) when registered
@@ -229,6 +231,29 @@ class _TracedStep:
             optimizer.zero_grad(set_to_none=True)
             if self.rules is not None:
                 self.rules.finish()
+
+    def _warm_up(self, model, optimizer, trainable: list, ids, mask) -> None:
+        """One whole step before the measured one, as the scanner measures a step after warm-up: FSDP2 sets up
+        on its first forward and backward what later steps reuse (with FSDP's activation checkpointing, a first
+        step that is measured holds 15 % more than later ones: a real 2-process FSDP2 run, tests/dist)."""
+        import torch
+
+        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
+        from tunebench.planning.cuda_semantics import applied
+
+        def attention():  # one use each: generator-made context managers
+            return gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
+
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        with _packed_rows_only_if(self.shape.packed), applied(bool(self.gpu_arch)):
+            with autocast, attention():
+                loss = _loss(model, ids, mask)
+            with attention():
+                loss.backward()
+        del loss
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     def _forward_backward(self, model, trainable: list, ids, mask) -> None:
         import torch

@@ -78,9 +78,11 @@ def shard(model, fsdp: Fsdp, mesh, mixed_precision: str):
 
 @contextlib.contextmanager
 def _plain_logging(module):
-    """accelerate's logger refuses to log before an Accelerator exists in the process; the plan has none."""
+    """accelerate's logger refuses to log before an Accelerator exists in the process; the plan has none. What it
+    says (which weights it upcasts, each by name) is the run's to log, not the plan's: debug level here."""
     original = module.logger
-    module.logger = logging.getLogger(module.__name__)
+    module.logger = logging.getLogger(f"{__name__}.accelerate")
+    module.logger.setLevel(logging.WARNING)
     try:
         yield
     finally:

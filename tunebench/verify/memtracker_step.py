@@ -32,10 +32,22 @@ class _NoHandle:
 
 def ignore_frozen_parameters(tracker, model) -> None:
     """Let MemTracker enter over a model with frozen weights (LoRA, prompt tuning): it registers a gradient hook
-    on every parameter, which a parameter without requires_grad refuses; give those a handle that does nothing."""
+    on every parameter, which a parameter without requires_grad refuses; give those a handle that does nothing.
+    Parameters made during the step (FSDP2's gathered weights) get one as MemTracker first meets them."""
+    handles = tracker._param_to_grad_hook_handles
+    kind = type(handles)
+
+    class FrozenAware(kind):
+        def get(self, param, default=None):
+            found = super().get(param, default)
+            return (_NoHandle(), _NoHandle()) if found is None and not param.requires_grad else found
+
+    aware = FrozenAware()
+    aware.update(handles)
+    tracker._param_to_grad_hook_handles = aware
     for p in model.parameters():
         if not p.requires_grad:
-            tracker._param_to_grad_hook_handles[p] = (_NoHandle(), _NoHandle())
+            aware[p] = (_NoHandle(), _NoHandle())
 
 
 class MemTrackerStep(TrainerCallback):

@@ -94,7 +94,7 @@ class ScannerRules:
 
     # ------------------------------------------------------------ gradients
     def grad_hook(self, param) -> None:
-        grad = param.grad
+        grad = getattr(param.grad, "_local_tensor", param.grad)  # a DTensor (FSDP2): this rank's shard
         if grad is None or grad.untyped_storage()._cdata in self.grad_storages:
             return
 
@@ -106,9 +106,10 @@ class ScannerRules:
 
     def count_existing_grads(self, params) -> None:
         for p in params:
-            if p.grad is not None and p.grad.untyped_storage()._cdata not in self.grad_storages:
-                self.grad_storages.add(p.grad.untyped_storage()._cdata)
-                self.grads += rounded(p.grad.untyped_storage().nbytes(), self.block)
+            grad = getattr(p.grad, "_local_tensor", p.grad)
+            if grad is not None and grad.untyped_storage()._cdata not in self.grad_storages:
+                self.grad_storages.add(grad.untyped_storage()._cdata)
+                self.grads += rounded(grad.untyped_storage().nbytes(), self.block)
 
     # ------------------------------------------------------------ recompute of checkpointed layers
     def recompute_pre(self, layer: int) -> None:
