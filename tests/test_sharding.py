@@ -84,3 +84,24 @@ def test_a_row_says_which_experiments_ran_beside_it():
     ids = ["a", "b", "c", "d"]
     assert overlap_columns(intervals, 1, ids) == {"concurrent_experiments": 2, "concurrent_experiment_ids": "a;c"}
     assert overlap_columns(intervals, 3, ids) == {"concurrent_experiments": 0, "concurrent_experiment_ids": ""}
+
+
+def test_a_scenario_runs_only_at_the_gpu_counts_it_lists():
+    import tunebench
+
+    scenarios = [{"name": "one", "num_gpus": [1], "arguments": {"model_name_or_path": "preset:llama-tiny"}},
+                 {"name": "par", "num_gpus": 2, "arguments": {"model_name_or_path": "preset:llama-tiny"}},
+                 {"name": "all", "arguments": {"model_name_or_path": "preset:llama-tiny"}}]
+    frame = tunebench.Matrix.from_scenarios(scenarios, device="cpu", num_gpus=[1, 2]).frame()
+    counts = frame.groupby("scenario")["num_gpus"].apply(sorted).to_dict()
+    assert counts == {"one": [1], "par": [2], "all": [1, 2]}
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "2", [], [1, "x"], [2.5], {"a": 1}])
+def test_a_bad_scenario_gpu_count_is_one_input_problem(value):
+    import tunebench
+
+    with pytest.raises(tunebench.InputError) as caught:
+        tunebench.Matrix.from_scenarios([{"name": "s", "num_gpus": value, "arguments": {}}], device="cpu")
+    (problem,) = [p for p in caught.value.problems if p.key.endswith("num_gpus")]
+    assert "GPU count" in problem.message and "num_gpus: [1]" in problem.fix

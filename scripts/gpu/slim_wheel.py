@@ -1,9 +1,10 @@
-"""A bitsandbytes wheel with only the native libraries a CUDA 13 device needs (CPU, CUDA 13.x, XPU), so it and
-the repository fit one device call's 64 MiB carry (the full 0.50.2 wheel is 41 MiB, this one 7 MiB).
+"""A wheel without the parts a device call does not need, so it and the repository fit one call's 64 MiB carry:
+bitsandbytes with only the native libraries a CUDA 13 device needs (CPU, CUDA 13.x, XPU: 41 MiB -> 7 MiB), or Ray
+without its Java workers, its dashboard's web client and RLlib (79 MB -> 43 MB; Ray's core, raylet and GCS stay).
 
-    python scripts/gpu/slim_wheel.py FULL.whl OUT_DIR      # -> OUT_DIR/<same name>.whl
+    python scripts/gpu/slim_wheel.py FULL.whl OUT_DIR      # -> OUT_DIR/<same name>.whl (the kind from the name)
 
-The libraries left out (CUDA 11.8-12.8, ROCm) are dropped from the wheel's RECORD too, so pip installs it as is.
+What is left out is dropped from the wheel's RECORD too, so pip installs it as is.
 """
 
 from __future__ import annotations
@@ -13,19 +14,24 @@ import sys
 import zipfile
 from pathlib import Path
 
-DROP = re.compile(r"libbitsandbytes_(cuda1[12]\d|rocm\d+)\.so")
+DROP = {
+    "bitsandbytes": re.compile(r"libbitsandbytes_(cuda1[12]\d|rocm\d+)\.so"),
+    "ray": re.compile(r"^ray/(jars|rllib)/|^ray/dashboard/client/build/"),
+}
 
 
 def slim(source: Path, folder: Path) -> Path:
+    kind = source.name.split("-")[0]
+    drop = DROP[kind]
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / source.name
     with zipfile.ZipFile(source) as full, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
         for info in full.infolist():
-            if DROP.search(info.filename):
+            if drop.search(info.filename):
                 continue
             data = full.read(info)
             if info.filename.endswith(".dist-info/RECORD"):
-                data = "".join(line for line in data.decode().splitlines(keepends=True) if not DROP.search(line)).encode()
+                data = "".join(line for line in data.decode().splitlines(keepends=True) if not drop.search(line)).encode()
             out.writestr(info, data)
     return target
 

@@ -109,8 +109,9 @@ def expand(
                 ))
                 continue
             layers = _Layers(defaults, data_processing, scenario, fc, device_type, accelerate_config, scenarios_source)
+            counts = [n for n in matrices.num_gpus if scenario.num_gpus is None or n in scenario.num_gpus]
             for combo in itertools.product(
-                    models, matrices.num_gpus, matrices.effective_batch_size or [None], matrices.max_seq_len or [None],
+                    models, counts, matrices.effective_batch_size or [None], matrices.max_seq_len or [None],
                     matrices.packing if matrices.packing is not None else [None], matrices.attn_implementation or [None]):
                 experiment = layers.experiment(*combo, problems)
                 if experiment is not None:

@@ -23,6 +23,9 @@ class Scenario:
     slow: bool = False
     exclusive: bool = False  # run alone on the machine (timing-critical), whatever --max_concurrent says
     timeout: float | None = None  # seconds each of its experiments may run, instead of --timeout
+    # the GPU counts it runs at, of those --num_gpus_matrix asks for (None: all of them); e.g. one-GPU baselines
+    # beside parallel scenarios in a `--num_gpus_matrix 1 2 4` matrix
+    num_gpus: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def parse_scenarios(data: Any, source: str, problems: list[InputProblem]) -> Sce
     return ScenarioFile(scenarios, dict(data_processing))
 
 
-SCENARIO_KEYS = ("name", "framework_config", "arguments", "slow", "exclusive", "timeout")
+SCENARIO_KEYS = ("name", "framework_config", "arguments", "slow", "exclusive", "timeout", "num_gpus")
 
 
 def _scenario(entry: dict, index: int, source: str, problems: list[InputProblem]) -> Scenario | None:
@@ -172,7 +175,22 @@ def _scenario(entry: dict, index: int, source: str, problems: list[InputProblem]
         timeout = None
     arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
     return Scenario(name, list(fcs), dict(arguments), slow is True, exclusive is True,
-                    float(timeout) if timeout is not None else None)
+                    float(timeout) if timeout is not None else None, _gpu_counts(entry, source, key, problems))
+
+
+def _gpu_counts(entry: dict, source: str, key: str, problems: list[InputProblem]) -> tuple[int, ...] | None:
+    """A scenario's `num_gpus`: a positive count or a list of them (bool is an int: refused)."""
+    if "num_gpus" not in entry:
+        return None
+    counts = entry["num_gpus"]
+    counts = counts if isinstance(counts, list) else [counts]
+    if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1_048_576 for c in counts):
+        text = repr(entry["num_gpus"])
+        problems.append(InputProblem(source, f"{key}.num_gpus", f"expected a GPU count or a list of them (each "
+                                     f"1-1048576), got {text if len(text) <= 60 else text[:57] + '...'}",
+                                     "e.g. `num_gpus: [1]` (the scenario runs only at the counts it lists)"))
+        return None
+    return tuple(dict.fromkeys(counts))
 
 
 def load_defaults(path: str | Path, problems: list[InputProblem]) -> dict[str, Any]:

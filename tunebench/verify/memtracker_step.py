@@ -40,7 +40,8 @@ def ignore_frozen_parameters(tracker, model) -> None:
     class FrozenAware(kind):
         def get(self, param, default=None):
             found = super().get(param, default)
-            return (_NoHandle(), _NoHandle()) if found is None and not param.requires_grad else found
+            frozen = not param.requires_grad or not param.is_leaf  # a view (FSDP1's parameters) takes no hook
+            return (_NoHandle(), _NoHandle()) if found is None and frozen else found
 
     aware = FrozenAware()
     aware.update(handles)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Issue Y on a 4-GPU machine (nvidia-h100-x4), in device calls that each end inside 600 s:
+#   STEP=a bash scripts/gpu/gpu_counts.sh   # the 1B on 1 and 2 GPUs packed side by side (--max_concurrent 4), on 4
+#                                           # GPUs, QLoRA's storage probes on 2; the one-GPU rows again, exclusive
+#   STEP=b bash scripts/gpu/gpu_counts.sh   # the 8B on 2 and 4 GPUs (and on one: skipped by the plan); the 2-GPU
+#                                           # rows again, exclusive; Ray: one 4-GPU experiment over two 2-GPU nodes
+# Scenarios: scripts/gpu/scenarios-gpu-counts.yaml. Carry: .whl (trl, datasets), .whl-bnb (scripts/gpu/
+# slim_wheel.py), and Ray's slimmed wheel in two halves, .whl-ray-a in the first call and .whl-ray-b in the second
+# (the machine stays warm between them: the halves meet in .site/ray-parts). Every harness run is bounded so the
+# call ends in time; $OUT gets <step>.tgz (the results folders without trainer output and logs, each experiment's
+# stderr tail), gpus.csv, topology.txt and step.log.
+set -uo pipefail
+step=${STEP:?STEP=a|b}
+out=${OUT:-/tmp/gc-out}
+started=$(date +%s)
+deadline=$((started + ${BUDGET:-560}))
+mkdir -p "$out" .site .work/gc
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false \
+  PYTHONUNBUFFERED=1
+log() { echo "$(date +%T) +$(($(date +%s) - started))s $*" | tee -a "$out/step.log"; }
+left() { echo $((deadline - $(date +%s))); }
+install() {  # the wheels of folder $1 into .site/$1, once per machine
+  [ -d "$1" ] && ls "$1"/*.whl >/dev/null 2>&1 || return 0
+  [ -d ".site/$1" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target ".site/$1" "$1"/*.whl
+}
+for wheels in .whl .whl-bnb; do install "$wheels"; done
+export PYTHONPATH="$PWD/.site/.whl:$PWD/.site/.whl-bnb"
+mkdir -p .site/ray-parts && cp -f .whl-ray-*/ray.part* .whl-ray-*/*.whl .site/ray-parts/ 2>/dev/null
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1
+nvidia-smi topo -m > "$out/topology.txt" 2>&1
+log "step $step on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
+
+bench() {  # bench NAME BUDGET ARGS...: one harness run into .work/gc/NAME, its wall time in the log
+  local name=$1 budget=$2; shift 2
+  local room=$(($(left) - 25))
+  [ "$budget" -gt "$room" ] && budget=$room
+  if [ "$budget" -lt 30 ]; then log "$name: not run (no time left)"; return; fi
+  local t0=$(date +%s.%N)
+  timeout --signal=INT --kill-after=20 "$budget" python3 benchmark.py \
+    --scenarios_config_path scripts/gpu/scenarios-gpu-counts.yaml --results_output_path ".work/gc/$name" \
+    --timeout 240 "$@" >> ".work/gc/$name.log" 2>&1
+  local rc=$?
+  log "$name: exit $rc, wall $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s (budget $budget s)"
+}
+ONE="gc-1b-full gc-1b-lora gc-1b-qlora"
+PAR="gc-1b-full-par gc-1b-lora-par gc-1b-qlora-par"
+case "$step" in
+  a)
+    bench packed 240 --num_gpus_matrix 1 2 --max_concurrent 4 --run_only_scenarios $ONE $PAR
+    bench four 240 --num_gpus_matrix 4 --run_only_scenarios $PAR
+    bench probes 80 --num_gpus_matrix 2 --max_concurrent 2 --run_only_scenarios gc-1b-qlora-uint8 gc-1b-qlora-fsdp1
+    bench one-exclusive 120 --num_gpus_matrix 1 --exclusive_timing --run_only_scenarios $ONE
+    ;;
+  b)
+    bench 8b-one 90 --num_gpus_matrix 1 --skip_predicted_oom --run_only_scenarios gc-8b-full-1
+    bench 8b 330 --num_gpus_matrix 2 4 --max_concurrent 4 --run_only_scenarios gc-8b-full gc-8b-lora gc-8b-qlora
+    if [ -f .site/ray-parts/ray.part00 ] && [ -f .site/ray-parts/ray.part01 ]; then
+      cat .site/ray-parts/ray.part00 .site/ray-parts/ray.part01 > .site/ray-parts/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
+      rm -f .site/ray-parts/ray.part0*
+      python3 -m pip install -q --no-index --no-deps --no-compile --target .site/ray .site/ray-parts/*.whl \
+        && RAY=1 && log "ray installed" || log "ray install failed"
+    fi
+    if [ "${RAY:-0}" = 1 ] && [ "$(left)" -gt 150 ]; then
+      PYTHONPATH="$PYTHONPATH:$PWD/.site/ray" timeout --signal=INT --kill-after=20 $(($(left) - 60)) \
+        python3 scripts/gpu/ray_two_nodes.py .work/gc/ray --timeout 150 >> .work/gc/ray.log 2>&1
+      log "ray: exit $?"
+    fi
+    bench two-exclusive 200 --num_gpus_matrix 2 --exclusive_timing --run_only_scenarios $PAR
+    ;;
+esac
+for f in .work/gc/*/*/stderr.log; do [ -f "$f" ] && tail -n 40 "$f" > "${f%.log}.tail"; done
+for f in .work/gc/*.log; do tail -c 300000 "$f" > "${f%.log}.logtail"; done
+tar -czf "$out/$step.tgz" -C .work/gc --exclude=trainer_output --exclude='*.pickle' --exclude='stderr.log' \
+  --exclude='stdout.log' --exclude='*.log' --exclude='kernels*.gz' . 2>/dev/null
+(cd .work/gc && find . -name 'kernels.csv.gz' -o -name 'kernels.csv.rank0.gz' | tar -czf "$out/kernels-$step.tgz" -T -)
+log "packed $(du -h "$out/$step.tgz" | cut -f1), kernels $(du -h "$out/kernels-$step.tgz" | cut -f1)"
