@@ -152,6 +152,48 @@ def test_cpu_run_of_qlora_and_int8_matches_its_prediction(tmp_path):
         spec["framework_config"] == "none"  # the typed setting travels in the spec the child builds from
 
 
+@pytest.mark.slow
+def test_a_quantized_preset_loads_on_every_rank_of_a_multi_process_run(tmp_path):
+    """Two processes share one random checkpoint of the quantized preset: transformers writes nothing from a rank
+    other than 0, so the main process writes it while the other waits (on an H100 host, every multi-GPU QLoRA row
+    failed reading a checkpoint folder another rank had left empty)."""
+    scenario = {"name": "qlora", "framework_config": ["qlora"],
+                "arguments": {"model_name_or_path": ["preset:llama-tiny"], "peft_method": "lora", "r": 8,
+                              "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}}
+    configs = {"qlora": {"arguments": {"load_in_4bit": True, "bnb_4bit_compute_dtype": "float32"}}}
+    options = write_inputs(tmp_path, [scenario], framework_configs=configs)
+    out = tmp_path / "results"
+    env = {"TUNEBENCH_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "benchmark.py"), *options, "--results_output_path", str(out),
+                           "--num_gpus_matrix", "2"], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(out / "raw_summary.csv").iloc[0]
+    assert row["status"] == "ok", row.get("error_messages")
+    (checkpoint,) = (tmp_path / "cache" / "models").iterdir()
+    assert (checkpoint / "config.json").is_file() and list(checkpoint.glob("*.safetensors"))
+
+
+def test_a_rank_that_writes_no_checkpoint_never_leaves_an_empty_one(tmp_path, monkeypatch):
+    """As rank 1 of 2 (a fake process group), transformers' save_pretrained writes nothing: the random checkpoint
+    must say so, not rename an empty folder into the place every later experiment loads from."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from tunebench.experiment.models import load_model
+    from tunebench.experiment.quantization import cache_root, random_checkpoint
+
+    monkeypatch.setenv("TUNEBENCH_CACHE", str(tmp_path))
+    config = load_config("preset:llama-tiny")
+    dist.init_process_group("fake", rank=1, world_size=2, store=FakeStore())
+    try:
+        with pytest.raises(RuntimeError, match="was not written"):
+            random_checkpoint(config, torch.float32, 0, "cpu",
+                              lambda: load_model("preset:llama-tiny", "float32", init_device="cpu"))
+    finally:
+        dist.destroy_process_group()
+    assert not [p for p in cache_root().iterdir() if not p.name.startswith(".")]  # nothing left in place
+
+
 def _lora(element: int) -> int:
     config = load_config("preset:llama-tiny")
     kv = config.num_key_value_heads * (config.hidden_size // config.num_attention_heads)

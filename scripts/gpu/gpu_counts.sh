@@ -10,7 +10,7 @@
 # call ends in time; $OUT gets <step>.tgz (the results folders without trainer output and logs, each experiment's
 # stderr tail), gpus.csv, topology.txt and step.log.
 set -uo pipefail
-step=${STEP:?STEP=a|b}
+step=${STEP:?STEP=a|b|c|d}
 out=${OUT:-/tmp/gc-out}
 started=$(date +%s)
 deadline=$((started + ${BUDGET:-560}))
@@ -66,6 +66,19 @@ case "$step" in
       log "ray: exit $?"
     fi
     bench two-exclusive 200 --num_gpus_matrix 2 --exclusive_timing --run_only_scenarios $PAR
+    ;;
+  c)  # what a and b left: the QLoRA rows (their random checkpoint's config fixed), the 4-GPU LoRA rows, and the
+      # one- and two-GPU rows the exclusive passes did not reach
+    bench qlora 110 --num_gpus_matrix 1 2 --max_concurrent 4 --run_only_scenarios gc-1b-qlora gc-1b-qlora-par \
+      gc-1b-qlora-uint8 gc-1b-qlora-fsdp1
+    bench four-lora 130 --num_gpus_matrix 4 --run_only_scenarios gc-1b-lora-par gc-1b-qlora-par
+    bench 8b-qlora 130 --num_gpus_matrix 2 4 --max_concurrent 4 --run_only_scenarios gc-8b-qlora
+    bench rest-exclusive 150 --num_gpus_matrix 1 2 --exclusive_timing --run_only_scenarios gc-1b-full gc-1b-lora \
+      gc-1b-lora-par
+    ;;
+  d)  # the QLoRA rows again once the main process writes the random checkpoint first (c's all failed on it)
+    bench qlora-d 140 --num_gpus_matrix 1 2 --max_concurrent 4 --run_only_scenarios gc-8b-qlora gc-1b-qlora \
+      gc-1b-qlora-par gc-1b-qlora-uint8
     ;;
 esac
 for f in .work/gc/*/*/stderr.log; do [ -f "$f" ] && tail -n 40 "$f" > "${f%.log}.tail"; done

@@ -139,7 +139,13 @@ def random_checkpoint(config, dtype, seed: int, init_device: str, build) -> Path
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
         model = build()
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, is_main_process=True)
+        if not (staging / "config.json").is_file() or not any(staging.glob("*.safetensors*")):
+            # transformers writes nothing from a distributed rank other than 0 (should_save_on_this_rank): renamed
+            # into place, this empty folder would be the checkpoint every later experiment loads. The training
+            # entry lets the main process write first (train.py); reaching here is a bug, said as one.
+            raise RuntimeError(f"the random checkpoint was not written into {staging} (files: "
+                               f"{sorted(p.name for p in staging.iterdir())}); was this a distributed rank other than 0?")
         _save_rng_state(staging / RNG_FILE, init_device)
         del model
         _free_device_memory()

@@ -3,6 +3,7 @@ every step timed, the scanner on its steps; writes results.json (the row) and st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -112,9 +113,12 @@ def _build(entry: tuple, startup) -> _Training:
     # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
     set_seed(sft_config.seed)
     quantization = quantization_of(model_args, sharded=bool(sft_config.fsdp))
-    model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
-                       init_device=components.preset_init_device(model_args, sft_config, state),
-                       quantization=quantization, seed=sft_config.seed)
+    # A quantized preset is loaded from a random checkpoint written once (experiment.quantization): the main process
+    # writes it while the other ranks wait (transformers writes nothing from a rank other than 0), then they read it.
+    with state.local_main_process_first() if quantization.enabled else contextlib.nullcontext():
+        model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
+                           init_device=components.preset_init_device(model_args, sft_config, state),
+                           quantization=quantization, seed=sft_config.seed)
     startup.mark("model")
     training = _Training(sft_config, bench_args, state, memory_logging, policy, trackers, quantization, TokenCounter(),
                          None, None, None, torch.cuda.is_available() and not sft_config.use_cpu, None)
