@@ -22,6 +22,7 @@ from tunebench.planning.quantized import (
     fake_kernels,
     fake_parameter,
     mark_outlier_columns,
+    module_quant_state_bytes,
     quant_state_bytes,
     quantize_meta,
 )
@@ -139,27 +140,41 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tunebench.planning.attention_kernels import summary
-    from tunebench.planning.sharded_step import fake_ranks, local, shard
+    from tunebench.planning.sharded_step import (
+        fake_ranks,
+        flat_storage_checks,
+        held_between_steps,
+        local,
+        shard,
+    )
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
     sharded = shape.fsdp is not None and shape.world > 1
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
-            (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, \
+            (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, flat_storage_checks(), \
             FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:
             model = shard(model, shape.fsdp, mesh, "bf16" if shape.autocast_bf16 else "no")
         trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = _optimizer_with_state(trainable, shape.optimizer)
+        # sharded: the warm-up step makes the state, after FSDP's set-up on its first forward (FSDP1's flat
+        # parameters are float32 only from then on, and so is the state made over them)
+        optimizer = _optimizer_with_state(trainable, shape.optimizer, with_state=not sharded)
         step = _TracedStep(shape, config, gpu_arch, round_to_cuda_blocks, block)
         step.run(model, optimizer, trainable)
         snapshot = step.tracker.get_tracker_snapshot("peak")
         # FSDP2: the parameters are this rank's shards; MemTracker also files the gathered layers alive at the peak
         # (registered as the modules' parameters while in use) as parameters, the scanner as temporaries.
         held = _shard_bytes(model, block) if sharded else None
+        kept = held_between_steps(model, block) if sharded else 0
+        if sharded and shape.quantization is not None:
+            kept += module_quant_state_bytes(model, block)
     out = _categories(snapshot, optimizer, step.rules, block, held)
+    # what the rank keeps between steps (FSDP1's flat gradients) is the scanner's `other`, not a temporary
+    out["kept"] = min(kept, out["temporaries"])
+    out["temporaries"] -= out["kept"]
     out["activations_max"] = step.meter.max  # the CPU scanner's `activations`: the step's maximum
     out["grads_full"] = sum(rounded(local(p).untyped_storage().nbytes(), block) for p in trainable)  # CPU scanner's grads
     # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
@@ -171,13 +186,15 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     return out
 
 
-def _optimizer_with_state(trainable: list, kind: str):
+def _optimizer_with_state(trainable: list, kind: str, with_state: bool = True):
     """AdamW as the run configures it, its state already made (step 1 only creates the state: no forward or
     backward is needed for that)."""
     import torch
 
     options = {"fused": {"fused": True}, "foreach": {"foreach": True}}.get(kind, {"foreach": False})
     optimizer = torch.optim.AdamW(trainable, lr=1e-5, **options)
+    if not with_state:
+        return optimizer
     for p in trainable:
         p.grad = torch.zeros_like(p)
     optimizer.step()

@@ -7,7 +7,7 @@ What the fake step cannot see, and how it is accounted for:
   * the allocator's slack (reserved − allocated at a GPU's edge, measured: planning.allocator_slack): not
     memory the allocator hands out, so not in `pred_mem_peak`; `pred_mem_reserved` adds it, and the fit judges
     that against the capacity less the CUDA context (CONTEXT_RESERVE);
-  * FSDP: collectives cannot run on fake tensors, so sharding is analytic (below).
+  * FSDP: the fake step shards the model as accelerate does, over a fake process group (planning.sharded_step).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
         quantization=quantization if quantization.enabled else None,
-        # FSDP2 runs in the fake step itself (planning.sharded_step); FSDP1 is sharded analytically (_shard)
-        fsdp=fsdp_setting if fsdp and fsdp_setting.version == 2 else None, world=spec.num_gpus if fsdp else 1,
+        # FSDP runs in the fake step itself (planning.sharded_step)
+        fsdp=fsdp_setting, world=spec.num_gpus if fsdp else 1,
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
 
@@ -112,16 +112,15 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     activations_max = step.pop("activations_max")
     grads_full = step.pop("grads_full")
     quant_state = step.pop("quant_state", 0)
+    kept = step.pop("kept", 0)
     if not cuda:
         # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
         # gradients every gradient at its full size.
         step["activations"] = activations_max
         step["grads"] = grads_full
-    other = CUBLAS_WORKSPACES if cuda else 0
+    other = (CUBLAS_WORKSPACES if cuda else 0) + kept
     if sharding.ddp and cuda:
         other += step["grads"] or _trainable_bytes(step)  # DDP's buckets hold a copy of every gradient
-    if sharding.fsdp and sharding.world > 1 and shape.fsdp is None:  # FSDP1: analytic
-        _shard(step, shape, sharding.world)
     row = {f"pred_mem_{name}": step[name] for name in CATEGORIES}
     row["pred_mem_other"] = other
     row["pred_mem_quant_state"] = quant_state  # the part of pred_mem_params that is quantization state
@@ -133,28 +132,6 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
 
 def _trainable_bytes(step: dict[str, int]) -> int:
     return step["optimizer"] // 2  # AdamW keeps two states the size of the trainable parameters
-
-
-def _shard(step: dict[str, int], shape: StepShape, world: int) -> None:
-    """FSDP (accelerate, full shard): fp32 master shards of params, grads and optimizer state per rank (each
-    parameter padded to a multiple of the world size); the all-gathered bf16 parameters of the layer being
-    computed and of the one prefetched are temporaries, with one layer's unsharded gradients."""
-    params = step["params"]
-    element = 2 if shape.dtype in ("bfloat16", "float16") else 4
-    numel = params // element
-    shard = math.ceil(numel / world) * 4
-    step["params"] = shard
-    step["grads"] = shard
-    step["optimizer"] = 2 * shard
-    layers = _layer_count(shape.model)
-    step["temporaries"] += 3 * (numel // max(layers, 1)) * 2  # two gathered layers + one layer's gradients
-
-
-def _layer_count(model: str) -> int:
-    from tunebench.experiment.models import load_config
-
-    config = load_config(model)
-    return getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", 1)
 
 
 def fit_columns(peak: int, capacity: int | None, slack: int = 0) -> dict[str, Any]:

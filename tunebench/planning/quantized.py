@@ -44,6 +44,21 @@ def quantize_meta(model, quantization, dtype) -> None:
     model.is_quantized = True
 
 
+_STAND_IN = None
+
+
+def _params4bit_stand_in():
+    """A plain Parameter subclass named Params4bit (made once, when torch is imported): accelerate's FSDP2
+    preparation tells bitsandbytes' 4-bit weights by their class name (it leaves uint8-stored ones whole, and
+    upcasts no trainable weight of a model that has them)."""
+    global _STAND_IN
+    if _STAND_IN is None:
+        import torch
+
+        _STAND_IN = type("Params4bit", (torch.nn.Parameter,), {"__module__": __name__})
+    return _STAND_IN
+
+
 def fake_parameter(module, param):
     """A fake, quantized copy of a meta bitsandbytes weight (inside FakeTensorMode), or None for another kind.
 
@@ -62,7 +77,7 @@ def fake_parameter(module, param):
         packed, state = functional.quantize_4bit(full, blocksize=param.blocksize,
                                                  compress_statistics=param.compress_statistics,
                                                  quant_type=param.quant_type, quant_storage=param.quant_storage)
-        new = torch.nn.Parameter(packed, requires_grad=False)
+        new = _params4bit_stand_in()(packed, requires_grad=False)
         new.quant_state = state
         new.bnb_quantized = True
         module.quant_state = state
@@ -102,11 +117,24 @@ def fake_kernels(quantization, cuda: bool):
             A = _kept_outlier_columns().apply(A, columns, B.shape[0])
         return _functions.MatMul8bitLt.apply(A, B, out, bias, state)
 
+    from bitsandbytes.nn import modules
+
+    original_fix = modules.fix_4bit_weight_quant_state_from_module
+
+    def fix_state(module) -> None:
+        # FSDP2 hands a 4-bit layer its gathered weight as a plain parameter; bitsandbytes then wraps it in a new
+        # Params4bit around the same data (no memory), which cannot wrap a fake tensor: the state is put back alone
+        weight = module.weight
+        if getattr(weight, "quant_state", None) is None:
+            weight.quant_state = module.quant_state
+
+    modules.fix_4bit_weight_quant_state_from_module = fix_state
     if cuda:
         bitsandbytes.matmul = cuda_matmul
     try:
         yield
     finally:
+        modules.fix_4bit_weight_quant_state_from_module = original_fix
         bitsandbytes.matmul = original
         functional.name2qmap.clear()
         functional.name2qmap.update(saved_maps)
@@ -161,6 +189,26 @@ def _kept_outlier_columns():
 
     _KEPT = KeptOutlierColumns
     return _KEPT
+
+
+def module_quant_state_bytes(model, block: int) -> int:
+    """Bytes of 4-bit quantization state that only the layers hold (`module.quant_state`), not their weights: under
+    FSDP2 a sharded 4-bit weight is a DTensor without it. The scanner sees it as memory held before the step."""
+    from scanner.memory import quantization_state_tensors
+    from tunebench.verify.peak_rules import rounded
+
+    counted = {t.untyped_storage()._cdata for t in quantization_state_tensors(model)}
+    seen, total = set(), 0
+    for module in model.modules():
+        state = getattr(module, "quant_state", None)
+        while state is not None:
+            for tensor in (getattr(state, name, None) for name in ("absmax", "code", "offset")):
+                key = tensor.untyped_storage()._cdata if hasattr(tensor, "untyped_storage") else None
+                if key is not None and key not in counted and key not in seen:
+                    seen.add(key)
+                    total += rounded(tensor.untyped_storage().nbytes(), block)
+            state = getattr(state, "state2", None) if getattr(state, "nested", False) else None
+    return total
 
 
 def quant_state_bytes(model, block: int) -> int:

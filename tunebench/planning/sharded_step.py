@@ -1,6 +1,7 @@
-"""FSDP2 in the fake step: the model sharded by accelerate's own FSDP2 preparation over a fake process group, so
-one rank's step allocates what a real rank's does (its shards, the gathered layers, the reduce-scattered
-gradients), without GPUs or a second process.
+"""FSDP in the fake step: the model sharded by accelerate's own FSDP preparation over a fake process group, so one
+rank's step allocates what a real rank's does (its shards, the gathered layers, the reduce-scattered gradients),
+without GPUs or a second process. FSDP2 (`fully_shard`) and FSDP1 (`FullyShardedDataParallel`, flat parameters)
+alike.
 
 torch's `fake` backend is a process group whose collectives return at once and move nothing; under fake tensors
 nothing needs to move. `fully_shard` then builds rank 0's DTensor shards (FSDP2 pads every rank's shard to the
@@ -48,32 +49,120 @@ def plugin_of(fsdp: Fsdp, mixed_precision: str):
     with the Accelerator's mixed precision policy."""
     from accelerate.utils import FullyShardedDataParallelPlugin
 
-    plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=fsdp.reshard_after_forward,
-        activation_checkpointing=fsdp.activation_checkpointing, cpu_offload=fsdp.offload,
-        cpu_ram_efficient_loading=False, state_dict_type="FULL_STATE_DICT")
+    common = {"fsdp_version": fsdp.version, "auto_wrap_policy": "transformer_based_wrap",
+              "activation_checkpointing": fsdp.activation_checkpointing, "cpu_offload": fsdp.offload,
+              "cpu_ram_efficient_loading": False, "state_dict_type": "FULL_STATE_DICT"}
+    if fsdp.version == 2:
+        plugin = FullyShardedDataParallelPlugin(**common, reshard_after_forward=fsdp.reshard_after_forward)
+    else:  # the Trainer's FSDP1 defaults: no prefetch, original parameters. It also syncs the module states from
+        # rank 0 at set-up, a broadcast that holds nothing during a step (and that accelerate's plugin refuses to
+        # set up without a GPU): left out.
+        plugin = FullyShardedDataParallelPlugin(**common, reshard_after_forward=fsdp.strategy, forward_prefetch=False,
+                                                backward_prefetch="NO_PREFETCH", use_orig_params=True,
+                                                sync_module_states=False)
     if mixed_precision != "no":
         plugin.set_mixed_precision(mixed_precision)
     return plugin
 
 
 def shard(model, fsdp: Fsdp, mesh, mixed_precision: str):
-    """The model as accelerate's Accelerator prepares it for FSDP2 (checkpointing first, then the units), on the
-    fake ranks of `mesh`. Call inside the fake tensor mode, with the model's parameters fake."""
+    """The model as accelerate's Accelerator prepares it for FSDP (FSDP2: checkpointing first, then the units), on
+    the fake ranks of `mesh`. Call inside the fake tensor mode, with the model's parameters fake."""
     import torch
     from accelerate.utils import fsdp_utils
 
     plugin = plugin_of(fsdp, mixed_precision)
+    if fsdp.version == 1:
+        return _shard_flat(model, plugin, mixed_precision)
     # What fsdp2_prepare_model and fsdp2_apply_ac read of the Accelerator.
     accelerator = types.SimpleNamespace(
         state=types.SimpleNamespace(fsdp_plugin=plugin), torch_device_mesh=mesh,
         parallelism_config=types.SimpleNamespace(fsdp_dim_names=(MESH_DIM,)), mixed_precision=mixed_precision,
         is_main_process=True, device=torch.device("cpu"))
-    with _plain_logging(fsdp_utils):
+    _as_accelerate_sees_4bit(model, plugin, accelerator)
+    with _plain_logging(fsdp_utils), _no_state_dict(model):
         plugin.set_auto_wrap_policy(model)
         if fsdp.activation_checkpointing:
             model = fsdp_utils.fsdp2_apply_ac(accelerator, model)
         return fsdp_utils.fsdp2_prepare_model(accelerator, model)
+
+
+def _as_accelerate_sees_4bit(model, plugin, accelerator) -> None:
+    """fsdp2_prepare_model tells bitsandbytes' 4-bit weights by their class (Params4bit), which a fake tensor cannot
+    keep: what it does with them, done here by the weights' own flag (bnb_quantized). A model with 4-bit weights gets
+    no float32 upcast of its trainable weights; uint8-stored ones (frozen, not floating) are left out of sharding,
+    whole on every rank."""
+    # the layers that own a 4-bit weight (not PEFT's wrappers, whose `weight` is their base layer's); a real
+    # Params4bit accelerate sees itself
+    quantized = [m for m in model.modules() if getattr(m._parameters.get("weight"), "bnb_quantized", False)
+                 and type(m.weight).__name__ != "Params4bit"]
+    if not quantized:
+        return
+    accelerator.mixed_precision = "no"  # (the policy's bf16 compute is the plugin's, set before)
+    whole = [m for m in quantized if not m.weight.requires_grad and not m.weight.is_floating_point()]
+    if whole:
+        plugin.ignored_modules = whole
+
+
+@contextlib.contextmanager
+def _no_state_dict(model):
+    """fsdp2_prepare_model takes the model's state dict for CPU-RAM-efficient loading, which the plan does not do;
+    a quantized weight's state dict reads values (bitsandbytes' QuantState.as_dict), which fake tensors have not."""
+    model.state_dict = lambda *args, **kwargs: {}
+    try:
+        yield
+    finally:
+        del model.state_dict
+
+
+def _shard_flat(model, plugin, mixed_precision: str):
+    """FSDP1 as accelerate's Accelerator.prepare_model wraps it (its FSDP branch, which is not a function of its own
+    to call): FullyShardedDataParallel over the auto-wrap policy's units, FSDP's activation checkpointing after,
+    and every trainable flat parameter upcast to float32 under mixed precision (accelerate's DeepSpeed-like
+    master weights)."""
+    import functools
+
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    plugin.set_auto_wrap_policy(model)
+    model = FullyShardedDataParallel(
+        model, sharding_strategy=plugin.sharding_strategy or plugin.reshard_after_forward, cpu_offload=plugin.cpu_offload,
+        auto_wrap_policy=plugin.auto_wrap_policy, mixed_precision=plugin.mixed_precision_policy,
+        sync_module_states=plugin.sync_module_states, backward_prefetch=plugin.backward_prefetch,
+        forward_prefetch=plugin.forward_prefetch, use_orig_params=plugin.use_orig_params,
+        ignored_modules=plugin.ignored_modules, limit_all_gathers=plugin.limit_all_gathers,
+        device_id=torch.device("cpu"))
+    if plugin.activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl,
+            apply_activation_checkpointing,
+            checkpoint_wrapper,
+        )
+
+        apply_activation_checkpointing(model, auto_wrap_policy=plugin.auto_wrap_policy, checkpoint_wrapper_fn=
+                                       functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+    if mixed_precision != "no":
+        for unit in FullyShardedDataParallel.fsdp_modules(model):
+            flat = getattr(unit, "_flat_param", None) if unit._has_params else None
+            if flat is not None and flat.dtype != torch.float32 and flat.requires_grad:
+                flat.data = flat.data.to(torch.float32)
+                unit._handle._orig_param_dtype = torch.float32
+    return model
+
+
+@contextlib.contextmanager
+def flat_storage_checks():
+    """FSDP1 asks whether a flat parameter's storage is allocated by its data pointer, which a fake tensor does not
+    have (always 0): by its size instead, for the fake step's duration."""
+    from torch.distributed.fsdp import _flat_param
+
+    original = _flat_param._data_ptr_allocated
+    _flat_param._data_ptr_allocated = lambda tensor: tensor.untyped_storage().size() > 0
+    try:
+        yield
+    finally:
+        _flat_param._data_ptr_allocated = original
 
 
 @contextlib.contextmanager
@@ -87,6 +176,22 @@ def _plain_logging(module):
         yield
     finally:
         module.logger = original
+
+
+def held_between_steps(model, block: int) -> int:
+    """Bytes a rank keeps from one step to the next that are none of its parameters, gradients (as the model's
+    parameters hold them) or optimizer state: FSDP1's sharded flat gradients (zero_grad clears the original
+    parameters' views, not the flat parameter's own gradient). The scanner counts them as `other`."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from tunebench.verify.peak_rules import rounded
+
+    storages = {}
+    for unit in FullyShardedDataParallel.fsdp_modules(model):
+        grad = getattr(getattr(unit, "_flat_param", None), "grad", None)
+        if grad is not None:
+            storages[grad.untyped_storage()._cdata] = rounded(grad.untyped_storage().nbytes(), block)
+    return sum(storages.values())
 
 
 def local(tensor):

@@ -1,6 +1,6 @@
-"""Worker of tests/test_fsdp2_memory.py (run under torchrun, gloo): a real FSDP2 rank, sharded by accelerate's own
-FSDP2 preparation (planning.sharded_step.shard on a real process group), and torch's MemTracker over its second
-training step; rank 0 writes the peak's bytes per case to <out>/real.json."""
+"""Worker of tests/test_fsdp_memory.py (run under torchrun, gloo): a real FSDP rank (FSDP2 or FSDP1), sharded as
+accelerate prepares it (planning.sharded_step.shard on a real process group), and torch's MemTracker over its
+second training step; rank 0 writes the peak's bytes per case to <out>/real.json."""
 
 import json
 import sys
@@ -17,7 +17,7 @@ from tunebench.experiment.sharding import Fsdp
 from tunebench.planning.sharded_step import MESH_DIM, shard
 from tunebench.verify.memtracker_step import ignore_frozen_parameters
 
-CASES = json.loads(sys.argv[1])  # [{"model", "peft", "activation_checkpointing", "micro_batch", "seq_len"}]
+CASES = json.loads(sys.argv[1])  # [{"model", "peft", "fsdp": Fsdp's fields, "micro_batch", "seq_len"}]
 out = Path(sys.argv[2])
 
 
@@ -31,7 +31,7 @@ def peak_of(case: dict, mesh) -> int:
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                  task_type=TaskType.CAUSAL_LM))
     model.train()
-    model = shard(model, Fsdp(activation_checkpointing=case["activation_checkpointing"]), mesh, "bf16")
+    model = shard(model, Fsdp(**case["fsdp"]), mesh, "bf16")
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-5, fused=True)
     ids = torch.randint(3, config.vocab_size, (case["micro_batch"], case["seq_len"]))
