@@ -21,6 +21,7 @@ from tunebench.results.folder import (
 )
 from tunebench.results.loss_parity import parity_columns
 from tunebench.results.repeats import repeat_columns
+from tunebench.results.scaling import scaling_columns
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ FINISHED_ROW_KEYS = ("experiment_id", "status")  # what a row the harness comple
 # figures lead; the whole-run (Hugging Face-compatible) ones follow for comparison with other tools.
 KEY_COLUMNS = ["experiment_id", "scenario", "framework_config", "model_name_or_path", "num_gpus", "status"]
 KEY_METRICS = [
-    "steady_nonpad_tokens_per_second", "steady_nonpad_tokens_per_second_per_device", "steady_mfu", "steady_hfu",
+    "steady_nonpad_tokens_per_second", "steady_nonpad_tokens_per_second_per_device", "scaling_efficiency",
+    "steady_mfu", "steady_hfu",
     "steady_step_time_median", "steady_step_time_cv", "steady_steps", "steady_padding_fraction",
     "scan_attention_backend", "measurement_warning", "scan_mem_peak_allocated", "scan_mem_activations",
     "mem_nvidia_mem_reserved", "steady_energy_joules_per_nonpad_token", "startup_seconds", "train_loss",
@@ -178,7 +180,7 @@ def write_summaries(output_dir: Path, order: list[str] | None = None, incomplete
     """Rebuild raw_summary.csv and benchmarks.csv from every experiment folder in `output_dir`, atomically
     (see `rows_on_disk`). With no experiment on disk, no CSV is written and an empty frame is returned."""
     rows = rows_on_disk(output_dir, order, incomplete)
-    frame = parity_columns(output_dir, repeat_columns(collect(rows)))
+    frame = scaling_columns(output_dir, parity_columns(output_dir, repeat_columns(collect(rows))))
     if rows:
         write_atomic(output_dir / RAW_SUMMARY, frame.to_csv(index=False))
         write_atomic(output_dir / BENCHMARKS, benchmarks_view(frame).to_csv(index=False))
