@@ -55,6 +55,35 @@ def test_n_gpus_add_the_exposed_communication_and_multiply_the_tokens():
     assert no_link["proj_note"] == "not projected: no network figure for NVIDIA H100 80GB HBM3 in the GPU table"
 
 
+@pytest.mark.parametrize("fsdp, own", [(None, "ddp"), ("full_shard auto_wrap", "fsdp2")])
+def test_a_row_measured_on_n_gpus_projects_to_m_of_its_own_parallelism(fsdp, own):
+    table = load_table()
+    h100, h200 = table.lookup("NVIDIA H100 80GB HBM3"), table.lookup("NVIDIA H200")
+    config = json.dumps({"version": 2}) if fsdp else None
+    # measured on 2 GPUs: tokens of both ranks in the row's rate
+    row = measured_row("x", kernel_rows(), model_name_or_path="preset:llama-tiny", num_gpus=2, fsdp=fsdp,
+                       fsdp_config=config, steady_tokens_per_second=2 * 8192 / 5.9e-3,
+                       steady_nonpad_tokens_per_second=2 * 8192 / 5.9e-3)
+    same = project_one(row, None, table, h100)  # its own GPU kind and count: the measurement
+    assert (same["proj_num_gpus"], same["proj_parallelism"], same["proj_source_parallelism"]) == (2, own, own)
+    assert same["proj_steady_tokens_per_second"] == pytest.approx(row["steady_tokens_per_second"], rel=1e-9)
+    four = project_one(row, None, table, h100, n=4)
+    link = ranks.Link(329e9, 8e-6)
+
+    def comm(n: int) -> float:
+        return ranks.exposed(ranks.collectives(own, n, 2e9, 2e9, 2, 1), n, link)
+
+    # the 2-GPU step less its modelled collectives on 2, plus those on 4; FSDP's optimizer step and clip ÷ 2 more
+    sharded = (same["proj_time_optimizer"] + same["proj_time_clip"]) * (2 / 4 - 1) if own == "fsdp2" else 0.0
+    assert four["proj_step_time"] == pytest.approx(5.9e-3 - comm(2) + comm(4) + sharded, rel=1e-6)
+    assert four["proj_steady_tokens_per_second"] == pytest.approx(4 * 8192 / four["proj_step_time"])
+    one = project_one(row, None, table, h100, n=1)  # the same work on one GPU: no collectives at all
+    assert one["proj_parallelism"] == "single" and one["proj_time_comm"] == pytest.approx(-comm(2))
+    other = project_one(row, None, table, h200, n=2, parallelism="fsdp2" if own == "ddp" else "ddp")
+    assert other["proj_note"].startswith(f"not projected: measured with {own} on 2 GPUs")
+    assert "proj_steady_tokens_per_second" not in other
+
+
 def _spec_folder(root: Path, model: str, **arguments) -> Path:
     import tunebench
 

@@ -147,9 +147,11 @@ def _run_options(opt) -> None:
         "(`tunebench/planning/projection/gpus.yaml`)")
     opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
         "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
-    opt("--project_num_gpus", type=int, default=1, metavar="N", help="GPUs of --plan_device to project to")
+    opt("--project_num_gpus", type=int, default=None, metavar="N",
+        help="GPUs of --plan_device to project to (default: each row's own count)")
     opt("--project_parallelism", choices=["ddp", "fsdp2"], default=None,
-        help="how --project_num_gpus GPUs share the work: DDP replicas or FSDP2 shards")
+        help="how --project_num_gpus GPUs share a one-GPU row's work: DDP replicas or FSDP2 shards (a row measured "
+             "on several GPUs keeps its own)")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "
         "predicted peak and the capacity (implies `--plan`)")
     opt("--executor", choices=EXECUTORS.names(), default=Executor.LOCAL.value,

@@ -34,6 +34,8 @@ def fsdp_of(training: dict[str, Any]) -> Fsdp | None:
     words = training.get("fsdp")
     if words is True:  # TrainingArguments' own value once it has read the words
         words = "full_shard"
+    if not isinstance(words, (str, list, tuple)):  # unset: None, False, or a CSV's empty cell (NaN)
+        return None
     if isinstance(words, (list, tuple)):
         words = " ".join(str(w) for w in words)
     if not words or str(words).strip().lower() in ("false", "none"):
@@ -46,6 +48,14 @@ def fsdp_of(training: dict[str, Any]) -> Fsdp | None:
     return Fsdp(version=version, strategy=strategy, reshard_after_forward=_true(reshard),
                 activation_checkpointing=_true(config.get("activation_checkpointing", False)),
                 offload="offload" in words or _true(config.get("cpu_offload", False)))
+
+
+def parallelism_of(num_gpus: int, training: dict[str, Any]) -> str:
+    """How a run of `num_gpus` shares its work: `single` (one GPU), `ddp`, `fsdp2` or `fsdp1-<strategy>`."""
+    if num_gpus <= 1:
+        return "single"
+    fsdp = fsdp_of(training)
+    return "ddp" if fsdp is None else fsdp.label
 
 
 def config_dict(value: Any) -> dict:

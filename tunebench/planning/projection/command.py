@@ -35,19 +35,27 @@ def measured_frame(root: Path) -> pd.DataFrame:
 
 
 def projection(root: Path, target: str, gpu_table: str | None = None, gpu_hour_usd: float | None = None,
-               num_gpus: int = 1, parallelism: str | None = None, memory: bool = True) -> pd.DataFrame:
+               num_gpus: int | None = None, parallelism: str | None = None, memory: bool = True) -> pd.DataFrame:
     """projection.csv's rows: `proj_*` and, with `memory`, the `pred_*` verdict of each experiment on the target."""
     from tunebench.planning.projection.memory import verdict
 
     gpu = resolve(load_table(gpu_table), target, "--plan_device")
-    frame = project_rows(measured_frame(root), target, gpu_table, str(root), gpu_hour_usd, num_gpus, parallelism)
+    measured = measured_frame(root)
+    several = pd.to_numeric(measured.get("num_gpus", pd.Series(dtype=float)), errors="coerce").fillna(1) > 1
+    if (num_gpus or 1) > 1 and parallelism is None and not several.any():
+        # a row measured on several GPUs brings its own parallelism; one-GPU rows need one to be spread
+        raise InputError([InputProblem("command line", "--project_parallelism", f"{num_gpus} GPUs need a "
+                                       "parallelism", "--project_parallelism ddp (or fsdp2)")])
+    frame = project_rows(measured, target, gpu_table, str(root), gpu_hour_usd, num_gpus, parallelism)
     if memory:
         folders = folders_by_id(root)
         capacity = int(gpu.value("memory_gib") * GIB) if gpu.value("memory_gib") else None
         verdicts = []
         for _, row in frame.iterrows():
             folder = folders.get((row.get("experiment_id"), int(row.get("repeat", 1) or 1)))
-            found = verdict(folder, num_gpus, parallelism, capacity, gpu.name) if folder else {}
+            count = int(row.get("proj_num_gpus") or 1)
+            own = row.get("proj_source_parallelism") if int(row.get("proj_source_num_gpus") or 1) > 1 else None
+            found = verdict(folder, count, own or parallelism, capacity, gpu.name) if folder else {}
             verdicts.append({"proj_mem_peak": found.get("pred_mem_peak"), "proj_fits": found.get("pred_fits"),
                              **found})
         frame = pd.concat([frame, pd.DataFrame(verdicts, index=frame.index)], axis=1)
@@ -62,9 +70,6 @@ def write_projection(options) -> int:
     if not options.plan_device:
         raise InputError([InputProblem("command line", "--plan_device", "--project_from needs the GPU to project to",
                                        "e.g. --plan_device \"NVIDIA H200\"")])
-    if options.project_num_gpus > 1 and options.project_parallelism is None:
-        raise InputError([InputProblem("command line", "--project_parallelism", f"{options.project_num_gpus} GPUs "
-                                       "need a parallelism", "--project_parallelism ddp (or fsdp2)")])
     targets = [t.strip() for t in options.plan_device.split(",") if t.strip()]
     if options.gpu_hour_usd is not None and len(targets) > 1:
         raise InputError([InputProblem("command line", "--gpu_hour_usd", "one price for several GPU kinds",

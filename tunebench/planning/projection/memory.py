@@ -33,12 +33,19 @@ def spec_of(folder: Path) -> ExperimentSpec:
 
 
 def on_ranks(spec: ExperimentSpec, n: int, parallelism: str | None) -> ExperimentSpec:
-    """The same experiment on `n` GPUs, data parallel (`ddp`) or sharded (`fsdp2`); the per-device batch stays."""
+    """The same experiment on `n` GPUs, data parallel (`ddp`) or sharded (`fsdp2`), or with its own parallelism
+    (a run measured on several GPUs: its FSDP settings stay but on one GPU); the per-device batch stays."""
+    from tunebench.experiment.sharding import parallelism_of
+
     entry = copy.deepcopy(spec.entry)
     training = entry.setdefault("training", {})
+    name = spec.framework_config.name
+    if spec.num_gpus > 1 and parallelism == parallelism_of(spec.num_gpus, training) and n > 1:
+        return ExperimentSpec(scenario=spec.scenario, framework_config=spec.framework_config, num_gpus=n,
+                              device_type=spec.device_type, arguments=dict(spec.arguments),
+                              effective_batch_size=spec.effective_batch_size, entry=entry)
     training.pop("fsdp", None)
     training.pop("fsdp_config", None)
-    name = spec.framework_config.name
     if parallelism == "fsdp2" and n > 1:
         training.update(copy.deepcopy(FSDP2))
         name = "fsdp2"

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 import tunebench.planning.projection.ranks as ranks
+from tunebench.experiment.sharding import parallelism_of
 from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table, resolve
 from tunebench.planning.projection.host_replay import project_replay
 from tunebench.planning.projection.kernel_model import (
@@ -28,6 +29,7 @@ from tunebench.planning.projection.step_model import PHASES, Measured, Projected
 logger = logging.getLogger(__name__)
 
 KERNEL_ROWS = "kernels.csv.gz"
+KERNEL_ROWS_RANK0 = "kernels.csv.rank0.gz"
 
 
 def num(row: Any, key: str) -> float | None:
@@ -58,14 +60,17 @@ def measured_of(row: Any) -> tuple[Measured | None, str | None]:
 
 
 def _read_kernels(folder: Path | None) -> list[dict] | None:
-    if folder is None or not (folder / KERNEL_ROWS).is_file():
+    """The scanned step's kernel rows (rank 0's of a multi-GPU run: every rank runs the same kernels)."""
+    path = next((folder / name for name in (KERNEL_ROWS, KERNEL_ROWS_RANK0) if folder and (folder / name).is_file()),
+                None)
+    if path is None:
         return None
     from scanner.kernel_split import read_rows
 
     try:
-        return read_rows(str(folder / KERNEL_ROWS))
+        return read_rows(str(path))
     except (OSError, ValueError, KeyError, EOFError) as exc:
-        logger.warning("%s: unreadable (%s); projecting from the columns", folder / KERNEL_ROWS, exc)
+        logger.warning("%s: unreadable (%s); projecting from the columns", path, exc)
         return None
 
 
@@ -115,11 +120,23 @@ def _figures(gpu: Gpu) -> str:
             f"{gpu.value('memory_tb_per_s'):g} TB/s [{gpu.sources.get('memory_tb_per_s', '')}]")
 
 
-def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: int = 1,
+def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: int | None = None,
                 parallelism: str | None = None) -> dict[str, Any]:
-    """The `proj_*` columns of one measured row on `n` GPUs of `target` (proj_note alone when it cannot)."""
+    """The `proj_*` columns of one measured row on `n` GPUs of `target` (proj_note alone when it cannot). A row
+    measured on N GPUs projects to `n` GPUs (default: N) of its own parallelism: its modelled collectives on N
+    come out, those on `n` go in, FSDP's sharded optimizer step scales by N/n. Onto its own GPU kind and count it
+    returns the measurement."""
+    measured_on = int(num(row, "num_gpus") or 1)
+    own = parallelism_of(measured_on, {"fsdp": row.get("fsdp"), "fsdp_config": row.get("fsdp_config")})
+    n = n or measured_on
+    if measured_on > 1:
+        parallelism, asked = own, parallelism
     out: dict[str, Any] = {"proj_device": target.name, "proj_source_device": row.get("gpu_name"),
-                           "proj_num_gpus": n, "proj_parallelism": parallelism or "single"}
+                           "proj_num_gpus": n, "proj_parallelism": parallelism if n > 1 and parallelism else "single",
+                           "proj_source_num_gpus": measured_on, "proj_source_parallelism": own}
+    if measured_on > 1 and asked not in (None, own):
+        return {**out, "proj_note": f"not projected: measured with {own} on {measured_on} GPUs, it projects to "
+                                    f"GPUs of {own}; a one-GPU row of the same work projects onto {asked}"}
     measured, why = measured_of(row)
     source = table.lookup(str(row.get("gpu_name") or ""))
     if measured is not None and source is None:
@@ -131,14 +148,21 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     times, method = kernel_times(rows, row, src, dst)
     ratio, host_text = host_ratio(source, target)
     single, replay_text, elasticity = step_on_target(rows, measured, times, src, dst, ratio)
-    phases = ranks.rank_phases(single.phase_time, parallelism or "", n)
+    phases = ranks.rank_phases(single.phase_time, parallelism or "", n, measured_on)
     step, comm_note, comm_bytes, exposed = sum(phases.values()), "", 0.0, 0.0
     if n > 1:
         exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism)
-        if exposed is None:
-            return {**out, "proj_note": f"not projected: {comm_note}"}
-        step += exposed
-    tokens, nonpad = measured.tokens_per_step * n, measured.nonpad_tokens_per_step * n
+    if measured_on > 1 and exposed is not None:
+        measured_comm, _, measured_note = _communication(row, source, measured_on, own)
+        exposed = None if measured_comm is None else exposed - measured_comm
+        comm_note = measured_note if measured_comm is None else (
+            f"; the {measured_on}-GPU step less its own modelled collectives ({measured_comm * 1e3:.1f} ms)"
+            + comm_note)
+    if exposed is None:
+        return {**out, "proj_note": f"not projected: {comm_note.lstrip('; ')}"}
+    step += exposed
+    per_gpu = 1 / measured_on
+    tokens, nonpad = measured.tokens_per_step * per_gpu * n, measured.nonpad_tokens_per_step * per_gpu * n
     out.update({"proj_steady_tokens_per_second": tokens / step, "proj_steady_nonpad_tokens_per_second": nonpad / step,
                 "proj_step_time": step, **{f"proj_time_{p}": v for p, v in phases.items()},
                 "proj_time_comm": exposed, "proj_gpu_busy_time": single.busy_time, "proj_host_gap_time": single.gap_time,
@@ -152,24 +176,25 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     return out
 
 
-def _communication(row: Any, target: Gpu, n: int, parallelism: str | None) -> tuple[float | None, float, str]:
-    """(exposed seconds, bytes per rank per step, note) of N-GPU data parallelism; None when it cannot be said."""
+def _communication(row: Any, gpu: Gpu, n: int, parallelism: str | None) -> tuple[float | None, float, str]:
+    """(exposed seconds, bytes per rank per step, note) of N-GPU data parallelism on `gpu`'s link; None when it
+    cannot be said."""
     if parallelism not in ranks.PARALLELISMS:
         return None, 0.0, f"{n} GPUs need a parallelism ({' or '.join(ranks.PARALLELISMS)})"
-    link, link_text = ranks.link_of(target, n)
+    if parallelism in ranks.SHARDED and str(row.get("quantization", "none")) not in ("none", "nan", "None"):
+        return None, 0.0, "FSDP over a quantized base: the bytes its 4-bit weights gather are not modelled"
+    link, link_text = ranks.link_of(gpu, n)
     element = 4 if str(row.get("torch_dtype")) in ("float32", "float") else 2
     total, trainable = num(row, "total_parameters"), num(row, "trainable_parameters")
     if link is None or not total or trainable is None:
         return None, 0.0, link_text if link is None else "no parameter counts in the row"
-    if parallelism == "fsdp2" and str(row.get("quantization", "none")) not in ("none", "nan", "None"):
-        return None, 0.0, "FSDP2 over a quantized base is not modelled"
     layers = _layers(str(row.get("model_name_or_path")))
     micro = int(num(row, "gradient_accumulation_steps") or 1)
     comms = ranks.collectives(parallelism, n, total * element, trainable * element, layers, micro)
     hidden = ranks.exposed(comms, n, link)
     moved = sum(c.payload for c in comms)
     note = (f"; {n}× {parallelism}: {', '.join(f'{c.kind} {c.payload / 1e9:.2f} GB' for c in comms)} per step over "
-            f"{link_text}, latency {target.cited('link_latency_us')} µs per ring step; exposed {hidden * 1e3:.1f} ms "
+            f"{link_text}, latency {gpu.cited('link_latency_us')} µs per ring step; exposed {hidden * 1e3:.1f} ms "
             f"(no overlap with compute: planning/projection/ranks.py)")
     return hidden, moved, note
 
@@ -199,7 +224,8 @@ def cost_columns(projected: dict[str, Any], target: Gpu, gpu_hour_usd: float | N
 
 
 def project_rows(frame: pd.DataFrame, target: str, gpu_table: str | None = None, results_dir: str | None = None,
-                 gpu_hour_usd: float | None = None, num_gpus: int = 1, parallelism: str | None = None) -> pd.DataFrame:
+                 gpu_hour_usd: float | None = None, num_gpus: int | None = None,
+                 parallelism: str | None = None) -> pd.DataFrame:
     """The rows of `frame` projected onto `num_gpus` of `target` (a GPU name of the table): the frame's identity
     columns and the `proj_*` columns, one row per input row. With `results_dir`, each row's experiment folder
     (kernels.csv.gz) refines the split. Raises InputError for an unknown target or a bad GPU table."""

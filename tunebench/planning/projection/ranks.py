@@ -15,8 +15,10 @@ backward and FSDP2 prefetches a layer ahead, but on 2 H200s (docs/evidence/proje
 by more than the ring time (DDP 10.7 ms for 9.0 ms of all-reduce, FSDP2 16.5 ms for 11.7 ms): NCCL's kernels take
 SMs and memory bandwidth from the compute they run beside, so overlap hid nothing measurable. (The earlier model,
 which hid all but the last bucket or layer, projected 2-GPU steps 6.5 % and 13 % too fast there.)
-Per-rank work: the measured micro-batch per GPU (data parallel), so forward and backward stay; FSDP2 steps the
+Per-rank work: the measured micro-batch per GPU (data parallel), so forward and backward stay; FSDP steps the
 optimizer on 1/N of the parameters (optimizer and clip phases ÷ N).
+FSDP1 moves what FSDP2 moves with full sharding; with grad-op sharding (ZeRO-2) a layer's parameters stay gathered
+from forward to backward, so they are gathered once per micro-batch.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 logger = logging.getLogger(__name__)
 
 DDP_BUCKET = 25 * 1024**2
-PARALLELISMS = ("ddp", "fsdp2")
+PARALLELISMS = ("ddp", "fsdp2", "fsdp1-full_shard", "fsdp1-shard_grad_op")
+SHARDED = ("fsdp2", "fsdp1-full_shard", "fsdp1-shard_grad_op")
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,9 @@ def collectives(parallelism: str, n: int, param_bytes: float, grad_bytes: float,
     if parallelism == "ddp":
         return [Collective("all_reduce", grad_bytes, max(1, math.ceil(grad_bytes / DDP_BUCKET)))]
     units = layers + 1
-    # all-gathers in forward and again in backward, reduce-scatters in backward
-    return [Collective("all_gather", param_bytes * micro_batches, units * micro_batches),
-            Collective("all_gather", param_bytes * micro_batches, units * micro_batches),
+    # all-gathers in forward and (but for grad-op sharding) again in backward, reduce-scatters in backward
+    gathers = 1 if parallelism == "fsdp1-shard_grad_op" else 2
+    return [*[Collective("all_gather", param_bytes * micro_batches, units * micro_batches)] * gathers,
             Collective("reduce_scatter", grad_bytes * micro_batches, units * micro_batches)]
 
 
@@ -69,12 +72,13 @@ def exposed(comms: list[Collective], n: int, link: Link) -> float:
     return sum(seconds(c, n, link) for c in comms)
 
 
-def rank_phases(phases: dict[str, float], parallelism: str, n: int) -> dict[str, float]:
-    """Per-rank phase times: data parallel keeps forward/backward; FSDP2 shards the optimizer step and clipping."""
+def rank_phases(phases: dict[str, float], parallelism: str, n: int, measured_on: int = 1) -> dict[str, float]:
+    """Per-rank phase times on `n` GPUs from phases measured on `measured_on`: data parallel keeps forward and
+    backward; FSDP shards the optimizer step and clipping (1/GPUs of the parameters each)."""
     out = dict(phases)
-    if parallelism == "fsdp2" and n > 1:
+    if parallelism in SHARDED:
         for phase in ("optimizer", "clip"):
-            out[phase] = phases.get(phase, 0.0) / n
+            out[phase] = phases.get(phase, 0.0) * max(1, measured_on) / max(1, n)
     return out
 
 
