@@ -52,6 +52,8 @@ SCALING_SOURCES = (
     ("steady_nonpad_tokens_per_second_per_device", "train_nonpad_tokens_per_second_per_device",
      "steady non-pad tokens/s per device", 1.0),
     ("steady_mfu", "mfu", "steady MFU (%)", 0.01),
+    # several GPUs against the same work on one (results.scaling); no whole-run figure stands in for it
+    ("scaling_efficiency", None, "scaling efficiency vs one GPU (%)", 0.01),
 )
 WHOLE_RUN = " (whole-run figure)"
 MEMORY_PANELS = (
