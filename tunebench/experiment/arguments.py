@@ -123,7 +123,7 @@ class BenchArguments:
     steady_target_ci_pct: float = field(
         default=1.0, metadata={"help": "`steady_state: auto`: target 95 % half-width of the median, in %"})
     loss_target_fraction: float = field(
-        default=0.25, metadata={"help": "time to target: the target loss is this fraction of the way from the first "
+        default=0.2, metadata={"help": "time to target: the target loss is this fraction of the way from the first "
                                 "step's loss to the data's entropy floor (`loss_target_*` columns)"})
     loss_target_nats: float = field(
         default=0.0, metadata={"help": "time to target: this loss instead (nats a token; 0 = from "

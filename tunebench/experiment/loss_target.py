@@ -1,7 +1,7 @@
 """Time to a target loss: the tokens, optimizer steps and seconds a run took to first reach it.
 
 MLPerf's training benchmarks time to a target quality, not tokens per second: a faster step that learns less is
-not faster. The target is a fraction (`loss_target_fraction`, default 0.25) of the way from the run's first-step
+not faster. The target is a fraction (`loss_target_fraction`, default 0.2) of the way from the run's first-step
 loss (the random-init or checkpoint loss on its first batch) to the data's entropy floor (the lowest loss any
 model can reach: known for the synthetic corpora, tunebench.experiment.corpus), or a loss the user gives
 (`loss_target_nats`), which is how a user's own data, whose floor nobody knows, gets the same columns.
