@@ -54,3 +54,42 @@ def test_the_step_is_the_first_at_or_below_the_target(losses, fraction):
     assert row["loss_target_steps"] == (below[0] if below else None)
     if below:
         assert row["loss_target_tokens"] == 3 * below[0] and row["loss_target_seconds"] == below[0]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_its_own_data_gets_the_same_columns(tmp_path):
+    """A local folder with weights and a .jsonl of text: the floor is unknown and says so, time to target comes
+    from a loss the user gives, and loss parity judges by the band runs of that baseline."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from harness_fixtures import REPO, write_inputs
+
+    from tunebench.experiment.models import build_tokenizer, load_model
+
+    folder = tmp_path / "checkpoint"
+    load_model("preset:llama-tiny", "float32", init_device="cpu").save_pretrained(folder)
+    build_tokenizer("preset:llama-tiny").save_pretrained(folder)
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i}: " + "the cat sat on the mat. " * (3 + i % 5)}) + "\n"
+                            for i in range(64)))
+    own = {"model_name_or_path": [str(folder)], "training_data_path": str(data), "max_steps": 8}
+    scenarios = [{"name": "own", "framework_config": [None, "loss-band-1"], "arguments": own},
+                 {"name": "own-target", "framework_config": [None], "arguments": {**own, "loss_target_nats": 5.8}}]
+    options = write_inputs(tmp_path, scenarios, framework_configs={"loss-band-1": {"arguments": {"loss_band_seed": 1}}})
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmark.py"), *options, "--results_output_path", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_csv(out / "raw_summary.csv").set_index(["scenario", "framework_config"])
+    assert set(frame["status"]) == {"ok"} and frame["data_entropy_floor_nats"].isna().all()
+    assert frame["data_entropy_floor_note"].str.contains("your own data").all()
+    plain = frame.loc[("own", "none")]
+    assert pd.isna(plain["loss_target"]) and "loss_target_nats" in plain["loss_target_note"]
+    given = frame.loc[("own-target", "none")]
+    assert given["loss_target"] == 5.8 and 1 < given["loss_target_steps"] < 8 and given["loss_target_tokens"] > 0
+    assert frame.loc[("own", "loss-band-1"), "loss_parity_band_source"] == "folder: 1 band run(s)"
