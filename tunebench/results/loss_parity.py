@@ -32,11 +32,11 @@ logger = logging.getLogger(__name__)
 
 STEPS_FILE = "steps.json"
 # Relative loss difference that counts as the same numerics where no band was measured, by the weights' dtype
-# (the band replaces it wherever one exists). bf16/fp16: kernels that
-# reorder the same arithmetic (checkpointing's recompute, Liger's fused kernels, torch.compile's graphs) moved
-# the per-step loss of llama-3.2-1b and llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA); the
-# tolerance is about three times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32
-# on CPU: the same reorderings give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
+# (the band replaces it wherever one exists). bf16/fp16: kernels that reorder the same arithmetic (checkpointing's
+# recompute, Liger's fused kernels, torch.compile's graphs) moved the per-step loss of llama-3.2-1b and
+# llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA, uniform corpus); the tolerance is about three
+# times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32 on CPU: the same reorderings
+# give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
 TOLERANCE = {"bfloat16": 0.002, "float16": 0.002, "float32": 0.0001}
 DEFAULT_TOLERANCE = 0.002
 
@@ -183,10 +183,10 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
             continue
         gpu = row.get("gpu_name")  # the band data is kept per device: the GPU's name, else `cpu`
         device = gpu if isinstance(gpu, str) and gpu else run.device_type
-        key = (baseline.experiment_id, baseline.repeat)
-        if key not in bands:
-            bands[key] = band_of(baseline, runs, device)
-        parity = compare(run, baseline, *bands[key])
+        band_key = (baseline.experiment_id, baseline.repeat)
+        if band_key not in bands:
+            bands[band_key] = band_of(baseline, runs, device)
+        parity = compare(run, baseline, *bands[band_key])
         for key, value in parity.items():
             if key not in frame.columns:
                 frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
