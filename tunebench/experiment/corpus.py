@@ -10,10 +10,10 @@ exactly ln k nats per token. A random-init model starts near ln(vocabulary) and 
 first step: one token decides the next.
 
 Why these defaults (32 states, 2 successors; floor ln 2 = 0.693): a walk on few states is learnt in the steps a
-benchmark runs at today's learning rates (docs/evidence/loss-parity-cpu.md: llama-small at LoRA's 2e-4 goes from
-7.70 to 3.50 nats in 30 steps, 6.03 on the uniform corpus; llama-tiny in the CPU scenario set reaches the default
-target, a fifth of the way to the floor, at step 11 of 20), while every transition is still seen thousands of
-times a run.
+benchmark runs at today's learning rates (docs/evidence/loss-parity-cpu.md: llama-small fully fine-tuned at
+2e-4 goes from 7.70 to 3.50 nats in 30 steps, 6.03 on the uniform corpus; llama-tiny in the CPU scenario set
+reaches the default target, a fifth of the way to the floor, at step 11 of 20), while every transition is still
+seen thousands of times a run.
 
 `uniform`: ids uniform over the tokenizer's ordinary ids (the corpus before issue 45, for pure throughput rows):
 its floor is ln(that count), the loss a model reaches by learning which ids occur and nothing else.
