@@ -45,6 +45,15 @@ def test_input_problems_name_their_key(entry, key):
     assert found[0].fix
 
 
+def test_an_8bit_optimizer_without_bitsandbytes_is_refused_before_anything_runs(monkeypatch):
+    absent = {"bitsandbytes"}
+    real = acceleration.importlib.util.find_spec
+    monkeypatch.setattr(acceleration.importlib.util, "find_spec", lambda name: None if name in absent else real(name))
+    for optim in ("adamw_bnb_8bit", "paged_adamw_32bit", "lion_8bit"):
+        assert [p.key for p in acceleration.problems({"training": {"optim": optim}}, "cuda")] == ["optim"]
+    assert acceleration.problems({"training": {"optim": "adamw_torch_fused"}}, "cuda") == []
+
+
 def test_valid_settings_have_no_problem():
     entry = {"model": {"load_in_4bit": True, "attn_implementation": "flex_attention"},
              "training": {"torch_compile_mode": "max-autotune-no-cudagraphs"}}

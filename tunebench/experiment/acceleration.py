@@ -9,7 +9,7 @@ import importlib.util
 import logging
 from dataclasses import dataclass
 
-from tunebench.experiment.quantization import quantization_of, setting_problem
+from tunebench.experiment.quantization import QUANT_FIX, quantization_of, setting_problem
 from tunebench.experiment.quantization import skip_reason as quantized_skip_reason
 
 logger = logging.getLogger(__name__)
@@ -19,6 +19,11 @@ LIGER_FIX = "pip install 'tunebench[liger]' (liger-kernel)"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Attention implementations transformers knows without a hub kernel; flash-attn's need the package.
 ATTENTION_NEEDS = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+def needs_bitsandbytes(optim: str) -> bool:
+    """transformers' optimizers that bitsandbytes implements: the 8-bit and paged ones, Lion, RMSprop's bnb."""
+    return "bnb" in optim or "8bit" in optim or optim.startswith(("paged_", "lion"))
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ def problems(entry: dict[str, dict], device_type: str) -> list[Problem]:
         elif device_type == "cpu":
             found.append(Problem("use_liger_kernel", "Liger's kernels are Triton GPU kernels: there is none for "
                                  "the CPU", "run liger-kernels on a GPU (or drop it from a CPU scenario set)"))
+    optim = str(training.get("optim") or "")
+    if needs_bitsandbytes(optim) and importlib.util.find_spec("bitsandbytes") is None:
+        found.append(Problem("optim", f"{optim} is bitsandbytes' optimizer, which is not installed", QUANT_FIX))
     mode = training.get("torch_compile_mode")
     if mode is not None and mode not in COMPILE_MODES:
         found.append(Problem("torch_compile_mode", f"unknown torch.compile mode {mode!r}",

@@ -75,6 +75,16 @@ class DataArguments:
                   "(`fixed` in `defaults.yaml`)"})
     synthetic_min_len: int = field(
         default=0, metadata={"help": "shortest synthetic row (0 = max_seq_len/4)"})
+    synthetic_corpus: Literal["markov", "uniform"] = field(
+        default="markov",
+        metadata={"help": "`markov`: walks on a sparse random Markov chain (a loss floor of ln k nats a token: "
+                  "learnable, so loss parity and time to target can see); `uniform`: ids uniform at random (floor "
+                  "ln of the ids used; for pure throughput rows). Same lengths, same shapes"})
+    synthetic_markov_states: int = field(
+        default=32, metadata={"help": "`markov`: the chain's states, each one token id (at most the tokenizer's "
+                              "ordinary ids)"})
+    synthetic_markov_branching: int = field(
+        default=2, metadata={"help": "`markov`: successors of every state, each with probability 1/k (floor ln k)"})
 
 
 @dataclass
@@ -116,6 +126,16 @@ class BenchArguments:
         default=0.05, metadata={"help": "a robust step-time spread above this gives a `measurement_warning`"})
     steady_target_ci_pct: float = field(
         default=1.0, metadata={"help": "`steady_state: auto`: target 95 % half-width of the median, in %"})
+    loss_target_fraction: float = field(
+        default=0.2, metadata={"help": "time to target: the target loss is this fraction of the way from the first "
+                                "step's loss to the data's entropy floor (`loss_target_*` columns)"})
+    loss_target_nats: float = field(
+        default=0.0, metadata={"help": "time to target: this loss instead (nats a token; 0 = from "
+                               "`loss_target_fraction`); gives your own data, whose floor is unknown, a target"})
+    loss_band_seed: int = field(
+        default=0, metadata={"help": "0: a micro-batch's rows in the sampler's order; k > 0: permuted by a generator "
+                             "seeded with k — the same data and numerics, the arithmetic reordered (a loss-band "
+                             "run: framework configs `loss-band-<k>`, README \"Loss parity\")"})
     sft_loss: Literal["model", "trl"] = field(
         default="model",
         metadata={"help": "`model`: the model's own loss, as `transformers.Trainer` computes it (no per-step host "

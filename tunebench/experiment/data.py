@@ -82,21 +82,27 @@ def cache_key(data_args, tokenizer, text_field: str, seed: int) -> str:
         "max_seq_len": data_args.max_seq_len,
         "seed": seed,
         "synthetic": [data_args.synthetic_num_samples, data_args.synthetic_length_distribution,
-                      data_args.synthetic_min_len] if data_args.training_data_path == "synthetic" else None,
+                      data_args.synthetic_min_len, *_corpus_key(data_args)]
+        if data_args.training_data_path == "synthetic" else None,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _corpus_key(data_args) -> list:
+    """The corpus's part of the cache key (the uniform corpus keeps the key it had before there was a choice)."""
+    if data_args.synthetic_corpus == "uniform":
+        return []
+    return [data_args.synthetic_corpus, data_args.synthetic_markov_states, data_args.synthetic_markov_branching]
+
+
 def _build_synthetic(data_args, tokenizer, seed: int):
     import datasets
-    import numpy as np
+
+    from tunebench.experiment.corpus import synthetic_rows
 
     lengths = synthetic_lengths(data_args.synthetic_num_samples, data_args.max_seq_len, data_args.synthetic_min_len,
                                 data_args.synthetic_length_distribution, seed)
-    rng = np.random.default_rng(seed + 1)
-    first_id = max(tokenizer.all_special_ids or [0]) + 1  # random "text" never contains pad/eos
-    rows = [rng.integers(first_id, len(tokenizer), size=n).tolist() for n in lengths]
-    return datasets.Dataset.from_dict({"input_ids": rows})
+    return datasets.Dataset.from_dict({"input_ids": synthetic_rows(data_args, tokenizer, lengths, seed)})
 
 
 def _tokenize_rows(raw, tokenizer, text_field: str, max_len: int):

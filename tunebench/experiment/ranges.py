@@ -19,7 +19,10 @@ ENTRY_RANGES: dict[str, Range] = {
     "r": Range(1, 2**16), "lora_alpha": Range(1, 2**20), "lora_dropout": Range(0, 1, high_open=True),
     "num_virtual_tokens": Range(1, 2**16), "steady_warmup_steps": Range(0, _STEPS), "steady_min_steps": Range(1, _STEPS),
     "steady_max_cv": Range(0, 100, low_open=True), "steady_target_ci_pct": Range(0, 100, low_open=True),
-    "llm_int8_threshold": Range(0, 65504),  # bitsandbytes compares float16 magnitudes: 65504 is the largest
+    "llm_int8_threshold": Range(0, 65504),
+    "synthetic_markov_states": Range(1, 2**24), "synthetic_markov_branching": Range(1, 2**24),
+    "loss_target_fraction": Range(0, 1, low_open=True), "loss_target_nats": Range(0, 10**4),
+    "loss_band_seed": Range(0, 2**32 - 1),  # bitsandbytes compares float16 magnitudes: 65504 is the largest
 }
 # The Trainer's (SFTConfig's) numeric arguments that decide what a step is: their fields carry no range of
 # their own, so tunebench states them here. A value outside fails in seconds with the key, not an hour in.
@@ -53,4 +56,9 @@ def range_problems(values: dict[str, dict[str, Any]], groups: dict[str, type]) -
             and isinstance(length, int) and rows * length > MAX_SYNTHETIC_TOKENS:
         found.setdefault("synthetic_num_samples", f"{rows} rows of up to {length} tokens are more than the "
                                                   f"{MAX_SYNTHETIC_TOKENS:,} synthetic tokens tunebench builds")
+    states = data.get("synthetic_markov_states", defaults["synthetic_markov_states"])
+    branching = data.get("synthetic_markov_branching", defaults["synthetic_markov_branching"])
+    if isinstance(states, int) and isinstance(branching, int) and branching > states:
+        found.setdefault("synthetic_markov_branching", f"{branching} successors need at least as many states "
+                                                       f"(synthetic_markov_states is {states})")
     return found

@@ -50,6 +50,8 @@ class _Training:
     trainer: Any
     on_cuda: bool
     device: Any  # torch.device
+    floor: tuple  # the data's entropy floor (nats per token, or None) and why it is unknown
+    scanned: frozenset  # memory-scanned steps and the step absorbing each scan's end (time to target skips them)
 
 
 def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
@@ -68,6 +70,7 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     token_steps = training.counter.per_step()
     losses = training.trainer.step_losses()
     row = _row(training, train_metrics, step_times, token_steps, losses, startup)
+    row.update(_target_columns(training, step_times, token_steps, losses, row.get("steady_step_time_median")))
     policy, timer = training.policy, training.timer
     steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
     records = steps_record(step_times, token_steps, steady, losses)
@@ -82,6 +85,7 @@ def _build(entry: tuple, startup) -> _Training:
 
     from tunebench.experiment import components
     from tunebench.experiment.arguments import parse_memory_logging
+    from tunebench.experiment.corpus import entropy_floor
     from tunebench.experiment.data import prepare_dataset
     from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
     from tunebench.experiment.models import build_tokenizer, load_model
@@ -109,6 +113,7 @@ def _build(entry: tuple, startup) -> _Training:
     with state.main_process_first():  # rank 0 builds the cache, the others then read it
         dataset = prepare_dataset(data_args, tokenizer, sft_config.dataset_text_field or "text", seed=sft_config.seed)
     startup.mark("data")
+    floor = entropy_floor(data_args, tokenizer)
     # The Trainer seeds only after the model exists: a random-init model (a preset, a config-only folder) would
     # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
     set_seed(sft_config.seed)
@@ -121,7 +126,8 @@ def _build(entry: tuple, startup) -> _Training:
                            quantization=quantization, seed=sft_config.seed)
     startup.mark("model")
     training = _Training(sft_config, bench_args, state, memory_logging, policy, trackers, quantization, TokenCounter(),
-                         None, None, None, torch.cuda.is_available() and not sft_config.use_cpu, None)
+                         None, None, None, torch.cuda.is_available() and not sft_config.use_cpu, None, floor,
+                         frozenset(range(windows.memory[0], windows.memory[1] + 2)) if windows.memory else frozenset())
     _trainer(training, model, tokenizer, dataset, peft_args, windows)
     startup.mark("trainer")
     return training
@@ -150,7 +156,20 @@ def _trainer(training: _Training, model, tokenizer, dataset, peft_args, windows)
         callbacks.append(training.compile_watch)
     training.trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
                                        peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
-                                       sft_loss=bench_args.sft_loss)
+                                       sft_loss=bench_args.sft_loss, loss_band_seed=bench_args.loss_band_seed)
+
+
+def _target_columns(training: _Training, step_times, token_steps, losses: dict[int, float],
+                    steady_median: float | None) -> dict[str, Any]:
+    """The data's floor and the time to the target loss (tunebench.experiment.loss_target)."""
+    from tunebench.experiment.loss_target import target_columns
+
+    seconds = {timing.step: timing.seconds for timing in step_times}
+    tokens = {timing.step: token_steps[i]["nonpad_tokens"] for i, timing in enumerate(step_times)
+              if i < len(token_steps)}
+    bench = training.bench_args
+    return target_columns(losses, seconds, tokens, training.floor, bench.loss_target_fraction,
+                          bench.loss_target_nats, set(training.scanned), steady_median)
 
 
 def _row(training: _Training, train_metrics: dict, step_times, token_steps, losses: dict[int, float],

@@ -7,6 +7,11 @@ one for a benchmark whose subject is the training step. `sft_loss: model` (tuneb
 loss exactly as `transformers.Trainer.compute_loss` does — the model's own forward and loss, no extra
 reductions, no host sync — so a harness step costs what a plain Trainer step costs; `sft_loss: trl` keeps
 TRL's path and its `entropy` / `mean_token_accuracy` logs.
+
+`loss_band_seed` k > 0 permutes the rows of every micro-batch (RowOrder): the same examples in the same steps,
+the same padded shapes, the same arithmetic in another order (the weight gradients' sums over rows, the loss's
+sum over tokens). Its trajectory differs from the baseline's by rounding alone: the band of "the same numerics"
+that loss parity judges other settings by (tunebench.results.loss_band).
 """
 
 from __future__ import annotations
@@ -22,8 +27,22 @@ logger = logging.getLogger(__name__)
 SFT_LOSS_CHOICES = ("model", "trl")
 
 
+class RowOrder:
+    """A data collator whose micro-batches hold their rows in a seeded random order."""
+
+    def __init__(self, collator, seed: int):
+        import numpy as np
+
+        self.collator = collator
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, examples):
+        order = self.rng.permutation(len(examples))
+        return self.collator([examples[i] for i in order])
+
+
 class BenchSFTTrainer(SFTTrainer):
-    def __init__(self, *args, sft_loss: str = "model", **kwargs):
+    def __init__(self, *args, sft_loss: str = "model", loss_band_seed: int = 0, **kwargs):
         if sft_loss not in SFT_LOSS_CHOICES:
             raise ValueError(f"sft_loss: {sft_loss!r} is not one of {SFT_LOSS_CHOICES}")
         self.sft_loss = sft_loss
@@ -31,6 +50,8 @@ class BenchSFTTrainer(SFTTrainer):
         # each back would sync the host every micro-batch. Read once after training (step_losses()).
         self._micro_losses: list[tuple[int, Any]] = []
         super().__init__(*args, **kwargs)
+        if loss_band_seed:
+            self.data_collator = RowOrder(self.data_collator, loss_band_seed)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)

@@ -15,6 +15,7 @@ import functools
 import logging
 
 from tunebench.results import columns_environment as environment
+from tunebench.results import columns_extra as extra
 from tunebench.results.column_types import (  # noqa: F401 (the registry's vocabulary, read as columns.X)
     ARGUMENT,
     BOOKKEEPING,
@@ -43,7 +44,6 @@ from tunebench.results.column_types import (  # noqa: F401 (the registry's vocab
     _k,
     _m,
 )
-from tunebench.results.columns_extra import KERNEL_COLUMNS, PROJECTION_COLUMNS, S_KERNEL, S_PROJ
 from tunebench.vocabulary import Direction
 
 logger = logging.getLogger(__name__)
@@ -128,9 +128,17 @@ REGISTRY: tuple[Column, ...] = (
     _m("loss_parity_final_rel_diff", "fraction", None, "loss", S_ACCEL,
        "(loss − baseline loss) ÷ |baseline loss| at the last common step (signed)"),
     _m("loss_parity_tolerance", "fraction", None, "loss", S_ACCEL,
-       "relative difference that counts as the same numerics for the weights' dtype (README \"Loss parity\")"),
+       "relative difference that counts as the same numerics: 2 × loss_parity_band, or the dtype's fixed tolerance "
+       "where no band was measured (README \"Loss parity\")"),
+    _m("loss_parity_band", "fraction", None, "loss", S_ACCEL,
+       "the band of repeat noise: the largest loss_parity_max_rel_diff of the baseline's band runs (rows reordered)"),
+    _m("loss_parity_band_runs", "count", None, "count", S_ACCEL, "band runs behind loss_parity_band"),
+    _k("loss_parity_band_source", METRIC, "-", S_ACCEL,
+       "`folder: N band run(s)`, `table: <evidence>` (tunebench/results/loss_band.csv) or `none: <why>`"),
     _k("loss_parity_ok", METRIC, "-", S_ACCEL,
        "loss_parity_max_rel_diff ≤ loss_parity_tolerance; false is a measurement_warning"),
+    *(Column(n, kind, unit, meaning, extra.S_LEARN, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in extra.LEARNING_COLUMNS),
     # ---------------------------------------------------------------- whole run
     _m("train_loss", "-", TWO_SIDED, "loss", S_RUN, "Trainer's mean training loss"),
     _m("train_runtime", "s", LOWER, "whole_run", S_RUN, "Trainer's training time (all steps, warm-up included)"),
@@ -255,8 +263,8 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_comm_<kind>_bytes", "bytes", LOWER, "memory", S_COMM, "per kind"),
     _m("scan_comm_<kind>_time", "s", LOWER, "phase", S_COMM, "per kind"),
     _k("scan_comm_<kind>_dtype", METRIC, "-", S_COMM, "per kind: dtypes seen"),
-    *(Column(n, kind, unit, meaning, S_KERNEL, direction or Direction.IGNORE, family)
-      for n, kind, unit, direction, family, meaning in KERNEL_COLUMNS),
+    *(Column(n, kind, unit, meaning, extra.S_KERNEL, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in extra.KERNEL_COLUMNS),
     # ---------------------------------------------------------------- prediction
     _m("pred_mem_<category>", "bytes", None, "memory", S_PRED,
        "predicted per rank at the step's peak (`params`, `buffers`, `grads`, `optimizer`, `activations`, "
@@ -277,8 +285,8 @@ REGISTRY: tuple[Column, ...] = (
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     _k("pred_note", METRIC, "-", S_PRED,
        "why a `pred_error_*` is empty although both figures exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
-    *(Column(n, kind, unit, meaning, S_PROJ, direction or Direction.IGNORE, family)
-      for n, kind, unit, direction, family, meaning in PROJECTION_COLUMNS),
+    *(Column(n, kind, unit, meaning, extra.S_PROJ, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in extra.PROJECTION_COLUMNS),
     # ---------------------------------------------------------------- environment
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),

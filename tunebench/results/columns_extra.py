@@ -17,6 +17,7 @@ HIGHER, LOWER = Direction.LOWER_IS_WORSE, Direction.HIGHER_IS_WORSE  # as column
 
 S_KERNEL = "Kernel split (scanner, CUDA)"
 S_PROJ = "Projection (`plan --project_from`)"
+S_LEARN = "Learning: the data's floor and time to a target loss"
 _PHASES = "`forward`, `backward`, `clip`, `optimizer`, `other`"
 _CLASSES = ("`gemm`, `attention`, `comm`, `optimizer`, `norm`, `reduction`, `copy`, `elementwise`, `transfer` "
             "(host↔device copies), `other`")
@@ -72,4 +73,23 @@ PROJECTION_COLUMNS: tuple[tuple, ...] = (
     ("proj_error", "metric", "fraction", None, "stability",
      "projected ÷ measured steady tokens/s − 1, where the experiment was also measured on the target"),
     ("proj_note", "metric", "-", None, None, "the method, its inputs and every assumption the projection made"),
+)
+
+LEARNING_COLUMNS: tuple[tuple, ...] = (
+    ("data_entropy_floor_nats", "metric", "nats/token", None, None,
+     "the lowest loss any model can reach on the data: ln k for the `markov` corpus (k = "
+     "synthetic_markov_branching), ln(ids used) for `uniform`; empty for your own data (see the note)"),
+    ("data_entropy_floor_note", "metric", "-", None, None, "why data_entropy_floor_nats is empty"),
+    ("loss_first_step", "metric", "nats", None, "loss", "the loss of optimizer step 1 (the initial weights)"),
+    ("loss_target", "metric", "nats", None, "loss",
+     "loss_target_fraction of the way from loss_first_step to the floor, or loss_target_nats when given"),
+    ("loss_target_steps", "metric", "count", LOWER, "whole_run",
+     "the first optimizer step whose loss is at or below loss_target"),
+    ("loss_target_tokens", "metric", "tokens", LOWER, "whole_run",
+     "non-padding tokens of steps 1..loss_target_steps, all ranks"),
+    ("loss_target_seconds", "metric", "s", LOWER, "whole_run",
+     "step times of steps 1..loss_target_steps (compilation and warm-up included; a memory-scanned step counts "
+     "the steady median instead of its hooked time)"),
+    ("loss_target_note", "metric", "-", None, None,
+     "why the loss_target_* figures are empty: no floor and no loss_target_nats, or not reached in the run"),
 )

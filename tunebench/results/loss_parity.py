@@ -7,7 +7,9 @@ same model, batch, sequence length, seed and data. Both trajectories are the per
 sum of a step's micro-batch losses, as the Trainer logs them). Two figures describe the difference: the largest
 relative difference over the common steps, and the signed relative difference at the last common step. A
 difference beyond the tolerance is a `measurement_warning`: the speed-up (or memory saving) came with other
-numerics.
+numerics. The tolerance comes from the band of repeat noise (tunebench.results.loss_band: the baseline's band
+runs in the folder, else the band data kept for the case); with neither, `loss_parity_band_source` says so and
+the fixed tolerance of the dtype below is used.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ import pandas as pd
 from tunebench.experiment.spec import BASELINE, SPEC_FILE
 from tunebench.readback import Unreadable, load_json
 from tunebench.results.folder import experiment_folders
+from tunebench.results.loss_band import Band, band_runs, describe_case, table_band
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
 
 STEPS_FILE = "steps.json"
-# Relative loss difference that counts as the same numerics, by the weights' dtype. bf16/fp16: kernels that
-# reorder the same arithmetic (checkpointing's recompute, Liger's fused kernels, torch.compile's graphs) moved
-# the per-step loss of llama-3.2-1b and llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA); the
-# tolerance is about three times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32
-# on CPU: the same reorderings give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
+# Relative loss difference that counts as the same numerics where no band was measured, by the weights' dtype
+# (the band replaces it wherever one exists). bf16/fp16: kernels that reorder the same arithmetic (checkpointing's
+# recompute, Liger's fused kernels, torch.compile's graphs) moved the per-step loss of llama-3.2-1b and
+# llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA, uniform corpus); the tolerance is about three
+# times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32 on CPU: the same reorderings
+# give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
 TOLERANCE = {"bfloat16": 0.002, "float16": 0.002, "float32": 0.0001}
 DEFAULT_TOLERANCE = 0.002
 
@@ -91,20 +95,52 @@ def baseline_of(run: Trajectory, runs: list[Trajectory]) -> Trajectory | None:
     return (same_repeat or sorted(candidates, key=lambda c: c.repeat) or [None])[0]
 
 
-def compare(run: Trajectory, baseline: Trajectory) -> dict[str, Any]:
-    """loss_parity_* of one run against its baseline."""
+def max_rel_diff(run: Trajectory, baseline: Trajectory) -> tuple[int, float | None, float | None]:
+    """(common steps, largest |relative difference| over them, signed relative difference at the last one)."""
     steps = sorted(set(run.losses) & set(baseline.losses))
-    tolerance = TOLERANCE.get(str(run.arguments.get("torch_dtype")), DEFAULT_TOLERANCE)
-    row: dict[str, Any] = {"loss_parity_baseline": baseline.experiment_id, "loss_parity_steps": len(steps),
-                           "loss_parity_tolerance": tolerance}
     if not steps:
-        return row
+        return 0, None, None
     relative = [(run.losses[s] - baseline.losses[s]) / abs(baseline.losses[s]) if baseline.losses[s] else 0.0
                 for s in steps]
-    row["loss_parity_max_rel_diff"] = max(abs(r) for r in relative)
-    row["loss_parity_final_rel_diff"] = relative[-1]
-    row["loss_parity_ok"] = row["loss_parity_max_rel_diff"] <= tolerance
+    return len(steps), max(abs(r) for r in relative), relative[-1]
+
+
+def compare(run: Trajectory, baseline: Trajectory, band: Band | None = None, no_band: str = "") -> dict[str, Any]:
+    """loss_parity_* of one run against its baseline: within the band's tolerance when there is a band, else
+    within the dtype's fixed tolerance (`no_band` says why there is none)."""
+    count, largest, final = max_rel_diff(run, baseline)
+    dtype = str(run.arguments.get("torch_dtype"))
+    tolerance = band.tolerance if band else TOLERANCE.get(dtype, DEFAULT_TOLERANCE)
+    row: dict[str, Any] = {"loss_parity_baseline": baseline.experiment_id, "loss_parity_steps": count,
+                           "loss_parity_tolerance": tolerance,
+                           "loss_parity_band": band.width if band else None,
+                           "loss_parity_band_runs": band.runs if band else None,
+                           "loss_parity_band_source": band.source if band else
+                           f"none: {no_band or 'no band'}; the fixed {dtype} tolerance"}
+    if not count:
+        return row
+    row["loss_parity_max_rel_diff"] = largest
+    row["loss_parity_final_rel_diff"] = final
+    row["loss_parity_ok"] = largest <= tolerance
     return row
+
+
+def band_of(baseline: Trajectory, runs: list[Trajectory], device: str) -> tuple[Band | None, str]:
+    """(the band of the baseline's numerics, why there is none): from its band runs in the folder, else from the
+    band data kept for its case."""
+    members = band_runs(baseline, runs)
+    widths = [max_rel_diff(member, baseline)[1] for member in members]
+    widths = [w for w in widths if w is not None]
+    why = ""
+    if widths and max(widths) > 0:
+        return Band(max(widths), len(widths), f"folder: {len(widths)} band run(s)"), ""
+    if widths:
+        why = (f"the {len(widths)} band run(s) repeat the baseline to the bit (one row per micro-batch leaves "
+               "nothing to reorder); ")
+    kept = table_band(device, baseline.arguments)
+    if kept is not None:
+        return kept, ""
+    return None, why + f"no band runs of the baseline here, none kept for {describe_case(device, baseline.arguments)}"
 
 
 def warning(parity: dict[str, Any]) -> str | None:
@@ -116,8 +152,14 @@ def warning(parity: dict[str, Any]) -> str | None:
 
     return (f"loss differs from the baseline {parity['loss_parity_baseline']} by up to "
             f"{pct(parity['loss_parity_max_rel_diff'])} over {parity['loss_parity_steps']} steps (final "
-            f"{pct(parity['loss_parity_final_rel_diff'], '+')}; tolerance {pct(parity['loss_parity_tolerance'])}): "
-            "this setting changes the numerics")
+            f"{pct(parity['loss_parity_final_rel_diff'], '+')}; tolerance {pct(parity['loss_parity_tolerance'])}"
+            f"{_band_words(parity)}): this setting changes the numerics")
+
+
+def _band_words(parity: dict[str, Any]) -> str:
+    if parity.get("loss_parity_band") is None:
+        return ", no band measured"
+    return f", band of repeat noise {100 * parity['loss_parity_band']:.3g} % from the {parity['loss_parity_band_source']}"
 
 
 def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
@@ -128,6 +170,7 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
     runs = [run for run in map(_read, experiment_folders(output_dir)) if run is not None]
     by_key = {(run.experiment_id, run.repeat): run for run in runs}
     frame = frame.copy()
+    bands: dict[tuple[str, int], tuple[Band | None, str]] = {}
     for index, row in frame.iterrows():
         if row.get("status") != Status.OK:
             continue
@@ -138,7 +181,12 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
         baseline = baseline_of(run, runs)
         if baseline is None:
             continue
-        parity = compare(run, baseline)
+        gpu = row.get("gpu_name")  # the band data is kept per device: the GPU's name, else `cpu`
+        device = gpu if isinstance(gpu, str) and gpu else run.device_type
+        band_key = (baseline.experiment_id, baseline.repeat)
+        if band_key not in bands:
+            bands[band_key] = band_of(baseline, runs, device)
+        parity = compare(run, baseline, *bands[band_key])
         for key, value in parity.items():
             if key not in frame.columns:
                 frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)

@@ -65,6 +65,10 @@ TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan
 SUMMARY_COLUMNS = (
     ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
     ("steady_nonpad_tokens_per_second_per_device", "steady tokens/s per device"),
+    # Beside the speed, what it bought: tokens and seconds to the target loss (a faster step that learns less is
+    # slower here).
+    ("loss_target_tokens", "tokens to target loss"),
+    ("loss_target_seconds", "s to target loss"),
     ("steady_mfu", "steady MFU"),
     ("steady_step_time_median", "median step"),
     ("steady_step_time_cv", "step CV"),
