@@ -17,6 +17,12 @@ from dataclasses import dataclass
 
 from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
 from tunebench.experiment.sharding import Fsdp
+from tunebench.planning.fake_patches import (
+    cuda_block_rounding,
+    grouped_mm_fallback_unless_bf16,
+    packed_rows_only_if,
+    peak_only,
+)
 from tunebench.planning.int8_outliers import OutlierColumns
 from tunebench.planning.quantized import (
     fake_kernels,
@@ -153,7 +159,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     sharded = shape.fsdp is not None and shape.world > 1
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
             (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, flat_storage_checks(), \
-            FakeTensorMode(allow_non_fake_inputs=True), _grouped_mm_fallback_unless_bf16(shape.dtype):
+            FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_fallback_unless_bf16(shape.dtype):
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:
@@ -213,7 +219,7 @@ class _TracedStep:
 
         self.shape, self.config, self.gpu_arch = shape, config, gpu_arch
         self.round, self.block = round_to_cuda_blocks, block
-        self.tracker = observed_tracker(_peak_only(MemTracker))()
+        self.tracker = observed_tracker(peak_only(MemTracker))()
         self.rules = self.meter = None
         self.chosen: list[str] = []
 
@@ -229,9 +235,9 @@ class _TracedStep:
         if self.shape.fsdp is not None and self.shape.world > 1:
             self._warm_up(model, optimizer, trainable, ids, mask)
         ignore_frozen_parameters(self.tracker, model)
-        with _cuda_block_rounding(self.round):
+        with cuda_block_rounding(self.round):
             self.tracker.track_external(model, optimizer)  # sized (and rounded) when registered
-        with _cuda_block_rounding(self.round), self.tracker, _packed_rows_only_if(self.shape.packed):
+        with cuda_block_rounding(self.round), self.tracker, packed_rows_only_if(self.shape.packed):
             if self.shape.grad_accum > 1:
                 # With accumulation the peak is in a micro-batch that starts with every gradient already there
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
@@ -262,7 +268,7 @@ class _TracedStep:
             return gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
 
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
-        with _packed_rows_only_if(self.shape.packed), applied(bool(self.gpu_arch)):
+        with packed_rows_only_if(self.shape.packed), applied(bool(self.gpu_arch)):
             with autocast, attention():
                 loss = _loss(model, ids, mask)
             with attention():
@@ -342,71 +348,6 @@ def _loss(model, ids, mask):
         return model(input_ids=ids, attention_mask=mask, labels=ids).loss
 
 
-@contextlib.contextmanager
-def _packed_rows_only_if(packed: bool):
-    """transformers tells packed rows from their position ids by reading values, which fake tensors cannot give:
-    it then assumes packed rows and builds a block mask (SDPA with a mask repeats GQA's keys and values). The
-    rows' layout is known here, so the fake step answers for it: not packed unless the experiment packs."""
-    try:
-        from transformers import masking_utils
-    except ImportError:
-        masking_utils = None
-    if packed or masking_utils is None or not hasattr(masking_utils, "find_packed_sequence_indices"):
-        yield
-        return
-    original = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
-
-
-@contextlib.contextmanager
-def _grouped_mm_fallback_unless_bf16(dtype: str):
-    """Mixture-of-experts layers multiply through torch's grouped_mm, whose shape function (what fake tensors
-    run) accepts bf16 only, while the CPU kernel takes float32 too. For other dtypes the fake step takes
-    transformers' own fallback op (registered with a fake implementation), which allocates and saves the same
-    tensors: the routed tokens' outputs, and the input and weight for backward."""
-    try:
-        from transformers.integrations import moe
-    except ImportError:
-        moe = None
-    if dtype == "bfloat16" or moe is None or not hasattr(moe, "_can_use_grouped_mm"):
-        yield
-        return
-    original = moe._can_use_grouped_mm
-    moe._can_use_grouped_mm = lambda *args, **kwargs: False
-    try:
-        yield
-    finally:
-        moe._can_use_grouped_mm = original
-
-
-def _peak_only(tracker_class):
-    """MemTracker without its per-module peaks, which we never read: after every op it walks all tracked modules
-    (weak references, O(modules) per op) to update each active module's own peak: 95 % of the 8B LoRA + GC step's
-    prediction time (118.6 s -> 5.9 s without it). The device-wide peak snapshot, the only thing read here, is
-    updated exactly as before."""
-    from torch.distributed._tools import mem_tracker
-
-    total_key = getattr(mem_tracker, "_TOTAL_KEY", None)
-    if total_key is None or not hasattr(tracker_class, "_update_peak_stats"):
-        return tracker_class  # a torch whose internals differ: correct, only slower
-
-    class PeakOnlyMemTracker(tracker_class):
-        def _update_peak_stats(self, peak_state) -> None:
-            if not all(hasattr(self, name) for name in ("_curr_mem_snap", "_peak_mem", "_peak_mem_snap")):
-                return super()._update_peak_stats(peak_state)  # other internals: the original, slower path
-            for device, snapshot in self._curr_mem_snap.items():
-                if self._peak_mem.get(device, 0) < snapshot[total_key]:
-                    self._peak_mem[device] = snapshot[total_key]
-                    # {reference type: bytes}: int values, so a shallow copy is a whole copy
-                    self._peak_mem_snap[device] = dict(snapshot)
-
-    return PeakOnlyMemTracker
-
-
 def _shard_bytes(model, block: int) -> int:
     """Bytes of the model's parameters as this rank holds them (FSDP2: its shards), each storage once."""
     from tunebench.planning.sharded_step import local
@@ -425,25 +366,3 @@ def _state_bytes(optimizer, block: int) -> int:
 
     return sum(rounded(local(t).untyped_storage().nbytes(), block)
                for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
-
-
-@contextlib.contextmanager
-def _cuda_block_rounding(enabled: bool):
-    """Size every storage as the CUDA caching allocator would (512-byte blocks) although the fake tensors
-    are on the CPU: MemTracker rounds only for CUDA devices (a private method, patched for the step)."""
-    from torch.distributed._tools import mem_tracker
-
-    info = getattr(mem_tracker, "_WeakRefInfo", None)
-    if not enabled or info is None or not hasattr(info, "_calculate_mem_consumed"):
-        yield
-        return
-    original = info._calculate_mem_consumed
-
-    def consumed(self) -> int:
-        return rounded(self.size * self.element_size, mem_tracker._PYTORCH_MIN_ALLOCATE)
-
-    info._calculate_mem_consumed = consumed
-    try:
-        yield
-    finally:
-        info._calculate_mem_consumed = original
