@@ -72,3 +72,27 @@ def test_checkpointing_is_one_setting_whichever_switch_turned_it_on():
     plain = work_of({"experiment_id": "c", "num_gpus": 2, "arguments": {"fsdp": "full_shard"}})
     assert trainer.workload == fsdp.workload != plain.workload
     assert work_of({"experiment_id": "d", "arguments": {}}) is None  # no GPU count: not a run's spec
+
+
+def test_compare_checks_the_multi_gpu_reference(tmp_path):
+    """refs/nvidia-h100-x4.csv (1, 2 and 4 H100s) against the evidence it was written from: no regression; the same
+    rows with one 2-GPU FSDP2 row 20 % slower: a regression naming it."""
+    import tunebench
+
+    reference = REPO / "refs/nvidia-h100-x4.csv"
+    rows = pd.read_csv(REPO / "docs/evidence/gpu-counts-h100/merged-raw_summary.csv")
+    rows = rows[rows.status == "ok"]
+    assert set(rows["num_gpus"]) == {1, 2, 4}
+    same = tmp_path / "same.csv"
+    rows.to_csv(same, index=False)
+    options = tunebench.CompareOptions(out=str(tmp_path / "same"), metrics=("steady_nonpad_tokens_per_second",),
+                                       charts=False)
+    assert tunebench.compare(reference, same, options).exit_code == 0
+    slower = rows.copy()
+    target = (slower.framework_config == "fsdp2") & (slower.num_gpus == 2) & (slower.scenario == "gc-1b-full-par")
+    slower.loc[target, "steady_nonpad_tokens_per_second"] *= 0.8
+    slower.to_csv(tmp_path / "slower.csv", index=False)
+    options = tunebench.CompareOptions(out=str(tmp_path / "slower"), metrics=("steady_nonpad_tokens_per_second",),
+                                       charts=False)
+    result = tunebench.compare(reference, tmp_path / "slower.csv", options)
+    assert result.exit_code == 1

@@ -28,6 +28,7 @@ from tunebench.planning.plan_matrix import plan_experiments  # noqa: E402
 from tunebench.planning.projection.command import projection  # noqa: E402
 from tunebench.planning.projection.memory import spec_of  # noqa: E402
 from tunebench.results.folder import experiment_folders  # noqa: E402
+from tunebench.results.samples import write_reference  # noqa: E402
 from tunebench.results.summaries import write_summaries  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -170,6 +171,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evidence", type=Path, default=REPO / "docs/evidence/gpu-counts-h100")
     parser.add_argument("--replan", action="store_true")
+    parser.add_argument("--reference", type=Path, default=REPO / "refs/nvidia-h100-x4.csv",
+                        help="the reference CSV written from the merged folder (compare --write_reference)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         rows = all_rows(unpack(args.evidence, Path(scratch)))
@@ -181,6 +184,7 @@ def main() -> int:
         rows.drop(columns=["folder"]).to_csv(args.evidence / "all-rows.csv", index=False)
         concurrency(rows).to_csv(args.evidence / "concurrency.csv", index=False)
         (args.evidence / "packing.json").write_text(json.dumps(packing(rows), indent=2))
+        print(write_reference([merged], args.reference)[2])
         print(f"memory rows {len(memory)}, projections {len(proj)}; wrote {args.evidence}")
     return 0
 
