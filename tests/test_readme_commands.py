@@ -59,6 +59,14 @@ def test_readme_matrix_every_row_ok(matrix):
     assert (frame["status"] == "ok").all(), frame.loc[frame["status"] != "ok", "error_messages"].tolist()
     lora2 = frame[(frame["peft_method"] == "lora") & (frame["num_gpus"] == 2)]
     assert len(lora2) == 4  # the rows the launcher's abbreviation bug used to break
+    # 2 processes (gloo) at effective batch 8 do the work per process of 1 process at 4: their twins (issue Y)
+    two = frame[(frame["num_gpus"] == 2) & (frame["effective_batch_size"] == 8)]
+    for row in two.itertuples():
+        twin = frame[frame["experiment_id"] == row.scaling_baseline_id].iloc[0]
+        assert (twin.num_gpus, twin.effective_batch_size, twin.scenario, twin.framework_config) == (
+            1, 4, row.scenario, row.framework_config)
+        assert row.scaling_efficiency == row.steady_nonpad_tokens_per_second / (2 * twin.steady_nonpad_tokens_per_second)
+    assert frame.loc[frame["effective_batch_size"] == 4, "scaling_baseline_id"].isna().all()  # other work per process
 
 
 def test_readme_filtered_matrix_resumes_on_the_same_folder(matrix, env):
