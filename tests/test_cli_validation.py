@@ -173,3 +173,18 @@ def test_plan_refuses_a_local_config_it_could_not_use(tmp_path, capsys, text, me
     (problem,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
     assert f"arguments.model_name_or_path: {tmp_path / 'model' / message}" in problem
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_into_a_finished_folder_says_what_it_left_alone(tmp_path, capsys):
+    """Issue W2: a dry run said it wrote command.sh for each experiment, and into a finished folder it wrote none."""
+    code, _, out_dir = run_cli(tmp_path, capsys, "--dry_run", "--num_gpus_matrix", "1", "2", scenarios=[tiny_scenario()])
+    assert code == 0
+    finished = sorted(p for p in out_dir.iterdir() if p.is_dir())[0]
+    (finished / "results.json").write_text('{"experiment_id": "x", "status": "ok"}')
+    before = (finished / "command.sh").read_text()
+    code = cli.main([*write_inputs(tmp_path, [tiny_scenario()]), "--results_output_path", str(out_dir), "--dry_run",
+                     "--num_gpus_matrix", "1", "2"])
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert code == 0 and printed == (f"dry run: wrote command.sh for 1 experiment(s) under {out_dir}/; 1 already run "
+                                     "there, their files left as they are; ran nothing")
+    assert (finished / "command.sh").read_text() == before
