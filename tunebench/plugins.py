@@ -65,6 +65,7 @@ class Registry:
     group: str  # the entry point group other packages register in
     builtins: dict[str, str]
     _found: dict[str, str] | None = field(default=None, repr=False)
+    broken: dict[str, PluginError] = field(default_factory=dict, repr=False)  # what try_load could not load
 
     def targets(self) -> dict[str, str]:
         """name → "module:attribute" of every plugin, the built-in ones first (read once)."""
@@ -94,6 +95,16 @@ class Registry:
             for part in attribute.split(".") if attribute else []:
                 loaded = getattr(loaded, part)
         return loaded
+
+    def try_load(self, name: str) -> Any | None:
+        """The plugin, or None when it does not load (its PluginError kept in `broken`, for the command line to
+        name once: as the error when the run names the plugin, else as a warning)."""
+        try:
+            return self.load(name)
+        except PluginError as exc:
+            self.broken[name] = exc
+            logger.debug("%s", exc.problems[0])
+            return None
 
     @contextlib.contextmanager
     def blame(self, name: str, doing: str, builtins_too: bool = False) -> Iterator[None]:
@@ -127,6 +138,7 @@ class Registry:
     def forget(self) -> None:
         """Read the entry points again on the next look (after a package was installed in this process)."""
         self._found = None
+        self.broken.clear()
 
 
 def cli_option(flag: str, help: str, allowed: Any = None, read: Any = None, **argparse_kwargs: Any) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors import EXECUTORS
-from tunebench.plugins import Registry, settings_fields
+from tunebench.execution.launchers import LAUNCHERS
+from tunebench.plugins import settings_fields
 from tunebench.telemetry.trackers import TRACKERS
 
 logger = logging.getLogger(__name__)
@@ -29,22 +30,22 @@ _OPTION = re.compile(r"--(\w+)(?:[ =]([^\s,;()]+))?")
 
 def plugin_settings_classes() -> list[tuple[str, type]]:
     """(group title, Settings class) of every registered executor and tracker that has options. A plugin that
-    fails to import is left out with a warning: another package's bug never stops benchmark.py."""
+    fails to import is left out (Registry.broken: another package's bug never stops benchmark.py unless the run
+    names that plugin)."""
     found: list[tuple[str, type]] = []
     for registry in (EXECUTORS, TRACKERS):
         for name in registry.names():
-            settings_class = _settings_class(registry, name)
-            if settings_fields(settings_class):
+            settings_class = getattr(registry.try_load(name), "Settings", None)
+            # a plugin that subclasses a built-in shares its Settings: one option group for both
+            if settings_fields(settings_class) and all(settings_class is not known for _, known in found):
                 found.append((f"{name} {registry.kind}", settings_class))
     return found
 
 
-def _settings_class(registry: Registry, name: str) -> type | None:
-    try:
-        return getattr(registry.load(name), "Settings", None)
-    except InputError as exc:  # a plugin that does not import (PluginError): its options are absent
-        logger.warning("%s", exc.problems[0])
-        return None
+def unnamed_broken_plugins(named: set[str]) -> list[InputProblem]:
+    """The plugins that could not be loaded and that the run does not name (those it names are its errors)."""
+    return [error.problems[0] for registry in (EXECUTORS, TRACKERS, LAUNCHERS)
+            for name, error in registry.broken.items() if name not in named]
 
 
 def option_names(*named: tuple[type, str]) -> dict[str, tuple[str, str]]:

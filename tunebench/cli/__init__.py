@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tunebench.api.matrix import Matrix, MatrixOptions, build
 from tunebench.api.running import RunResult, RunSettings, executor_problems, run
-from tunebench.api.words import in_cli_words
+from tunebench.api.words import in_cli_words, unnamed_broken_plugins
 from tunebench.cli.options import OPTION_RANGES, booleans, build_parser, numbers, split
 from tunebench.cli.plugin_options import read_plugin_settings
 from tunebench.command_line import option_problems
@@ -76,6 +76,8 @@ def read_command_line(options: argparse.Namespace) -> tuple[Matrix, RunSettings]
     problems: list[InputProblem] = []
     matrix_settings = matrix_options(options, problems)
     settings = run_settings(options, problems)
+    for broken in unnamed_broken_plugins({settings.executor, settings.launcher, *settings.trackers}):
+        logger.warning("%s; its options are absent", broken)
     problems += results_folder.check(options.results_output_path)
     problems += option_problems(options, OPTION_RANGES)
     named = {p.key for p in problems}  # the run settings' own check, in the options' words, once per option

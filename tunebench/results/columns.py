@@ -322,11 +322,8 @@ def plugin_columns() -> dict[str, Column]:
     for name in TRACKERS.names():
         if name in TRACKERS.builtins:
             continue
-        try:
-            declared = getattr(TRACKERS.load(name), "COLUMNS", ())
-        except Exception as exc:  # another package's bug: its columns stay undeclared, with a word why
-            logger.warning("tracker plugin %r not loaded: %s", name, exc)
-            continue
+        # another package's bug: its columns stay undeclared (the command line names the broken plugin)
+        declared = getattr(TRACKERS.try_load(name), "COLUMNS", ())
         found.update({c.name: c for c in declared if isinstance(c, Column) and c.name not in _EXACT})
     return found
 
