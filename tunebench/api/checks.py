@@ -13,7 +13,6 @@ import dataclasses
 import enum
 import logging
 import math
-import reprlib
 import types
 import typing
 from collections.abc import Iterable
@@ -21,11 +20,10 @@ from pathlib import PurePath
 from typing import Any
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.user_files import shown
 
 logger = logging.getLogger(__name__)
 
-_SHORT = reprlib.Repr()
-_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 40, 40, 4, 3, 2
 _SEQUENCES = (list, tuple, set, frozenset)
 MAX_ITEMS = 4096  # values of one list option: more is a mistake (each value multiplies the matrix)
 
@@ -56,11 +54,7 @@ def cli_ranges(cls: type) -> dict[str, Any]:
 def short(value: Any) -> str:
     """A value as a problem shows it: its type and a repr cut while it is built (a huge or deeply nested value
     is never rendered whole)."""
-    try:
-        text = _SHORT.repr(value)
-    except Exception:  # an object whose __repr__ raises
-        text = "<unprintable>"
-    return f"{type(value).__name__} {text}"
+    return f"{type(value).__name__} {shown(value)}"
 
 
 def describe(hint: Any) -> str:
