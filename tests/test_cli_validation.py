@@ -188,3 +188,23 @@ def test_a_dry_run_into_a_finished_folder_says_what_it_left_alone(tmp_path, caps
     assert code == 0 and printed == (f"dry run: wrote command.sh for 1 experiment(s) under {out_dir}/; 1 already run "
                                      "there, their files left as they are; ran nothing")
     assert (finished / "command.sh").read_text() == before
+
+
+@pytest.mark.parametrize("where", ["yaml", "matrix"])
+def test_an_attention_implementation_transformers_does_not_know_is_exit_2_naming_the_key(tmp_path, capsys, where):
+    """Issue W2: `attn_implementation: bogus_attention` and `--attn_implementation_matrix bogus_attention` launched
+    experiments that all failed as the model loaded. The names are this transformers' own (its AttentionInterface)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from tunebench.experiment.acceleration import attention_implementations
+
+    assert set(attention_implementations()) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()} >= {"sdpa", "eager"}
+    scenario = tiny_scenario(attn_implementation="bogus_attention") if where == "yaml" else tiny_scenario()
+    extra = ["--attn_implementation_matrix", "sdpa", "bogus_attention"] if where == "matrix" else []
+    code, err, out_dir = run_cli(tmp_path, capsys, "--dry_run", *extra, scenarios=[scenario])
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    key = "command line: --attn_implementation_matrix" if where == "matrix" else \
+        "scenario 'full': arguments.attn_implementation"
+    assert code == 2 and len(problems) == 1 and key in problems[0], err
+    assert "unknown attention implementation 'bogus_attention' (fix: one of: eager, " in problems[0]
+    assert not out_dir.exists()

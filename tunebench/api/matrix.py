@@ -199,8 +199,13 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
                                        f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
                                        f"than the {MAX_RUNS:,} runs one command takes",
                                        "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
+    # a matrix's value wins over every file's: its problems name the option
+    matrix_options = {key: option for key, option, values in (
+        ("attn_implementation", "--attn_implementation_matrix", options.attn_implementation),
+        ("max_seq_len", "--max_seq_len_matrix", options.max_seq_len),
+        ("packing", "--packing_matrix", options.packing)) if values}
     sources = Sources(defaults, inputs.defaults_path, {s.name: s.arguments for s in selected}, source,
-                      scenario_file.data_processing, inputs.framework_configs_path)
+                      scenario_file.data_processing, inputs.framework_configs_path, matrix_options)
     experiments, found = validate(experiments, sources, cuda_here=bool(inputs.gpus))
     problems += found
     return experiments
