@@ -95,10 +95,19 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             rows.append(_row(key, device_name, capacity, None, None, None, f"no prediction ({str(exc)[:160]})"))
             continue
         at, beyond = (verdict(best) if best else None), verdict(best + 1)
+        if not best:  # the README's "not even 1": what micro-batch 1 needs, against what the device offers
+            usable = usable_bytes(beyond)
+            counted = "; ".join(note for note in (counted, (
+                f"not even micro-batch 1 fits: it needs {_size(beyond['pred_mem_reserved'])} reserved, "
+                f"{_size(max(usable or 0, 0))} of the {_size(capacity)} device are usable")) if note)
         rows.append(_row(key, device_name, capacity, best, at, beyond, counted))
         logger.info("fit map: %s %s seq %s: micro-batch %d fits (%d predictions)", key[0], key[1], key[3], best,
                     len(memo))
     return pd.DataFrame(rows)
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _row(key, device_name, capacity, best, at, beyond, note) -> dict[str, Any]:

@@ -167,7 +167,7 @@ def fit_columns(peak: int, capacity: int | None, slack: int = 0) -> dict[str, An
     """`pred_mem_reserved` (the peak plus the allocator's `slack`), and whether it stays within the capacity less
     CONTEXT_RESERVE (a tenth of it for small budgets)."""
     reserved = peak + slack
-    if not capacity:
+    if capacity is None:  # no device to judge against (0 bytes is a device where nothing fits)
         return {"pred_mem_reserved": reserved, "pred_capacity_bytes": None, "pred_fits": None,
                 "pred_fit_margin_bytes": None}
     usable = capacity - min(CONTEXT_RESERVE, capacity // 10)

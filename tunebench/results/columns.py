@@ -123,6 +123,9 @@ REGISTRY: tuple[Column, ...] = (
        "relative difference that counts as the same numerics for the weights' dtype (README \"Loss parity\")"),
     _k("loss_parity_ok", METRIC, "-", S_ACCEL,
        "loss_parity_max_rel_diff ≤ loss_parity_tolerance; false is a measurement_warning"),
+    _k("loss_parity_note", METRIC, "-", S_ACCEL,
+       "why an ok row's loss parity columns are empty: it logged no per-step loss, its baseline is not in the "
+       "folder, or the baseline failed"),
     # ---------------------------------------------------------------- whole run
     _m("train_loss", "-", TWO_SIDED, "loss", S_RUN, "Trainer's mean training loss"),
     _m("train_runtime", "s", LOWER, "whole_run", S_RUN, "Trainer's training time (all steps, warm-up included)"),
