@@ -106,6 +106,6 @@ def test_a_zero_byte_device_is_a_not_even_one_row_not_a_python_error():
     shape, sharding = shape_and_sharding(spec)
     one = predict(dataclasses.replace(shape, micro_batch=1), sharding, cuda=False)["pred_mem_peak"]
     assert row["max_micro_batch"] == 0 and row["next_pred_mem_reserved"] == one
-    assert row["pred_note"] == (f"not even micro-batch 1 fits: it needs {one / 2**20:.1f} MiB reserved, 0.0 MiB of "
-                                "the 0.0 MiB device are usable")
+    assert row["pred_note"] == (f"not even micro-batch 1 fits: it needs {one / 2**20:.1f} MiB reserved, 0.0 KiB of "
+                                "the 0.0 KiB device are usable")
     assert fit_columns(one, 0)["pred_fits"] is False and fit_columns(one, None)["pred_fits"] is None

@@ -115,10 +115,12 @@ def _write_fit_map(options: argparse.Namespace, matrix: Matrix) -> int:
 
 def _write_plan(options: argparse.Namespace, matrix: Matrix) -> int:
     from tunebench.api.planning import plan, predictions
-    from tunebench.planning.plan_matrix import plan_table
+    from tunebench.planning.plan_matrix import plan_table, table_notes
 
     found = predictions(matrix, options.plan_device)
     print(plan_table(matrix.experiments, found).to_string(index=False))
+    for note in table_notes(matrix.experiments, found):
+        print(f"note: {note}")
     path = Path(options.results_output_path) / results_folder.PLAN
     write_atomic(path, plan(matrix, options.plan_device, found).to_csv(index=False))
     print(f"wrote {path}")

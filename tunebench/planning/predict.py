@@ -37,6 +37,13 @@ DEVICE_MIB = (("H200", 143771), ("H100 80GB", 81559), ("H100 NVL", 95830), ("H10
 CATEGORIES = ("params", "buffers", "grads", "optimizer", "activations", "temporaries")
 
 
+def memory_text(size: float) -> str:
+    """Bytes as a person reads them: GiB from 1 GiB, MiB below (a tiny model's 1.6 MB is not "0.00 GiB")."""
+    if abs(size) >= GIB:
+        return f"{size / GIB:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if abs(size) >= 2**20 else f"{size / 2**10:.1f} KiB"
+
+
 def device_capacity(spec: str | None, detected_mib: float | None) -> int | None:
     """Bytes of one GPU: a size ('80GiB', '24GB', '81559MiB'), a GPU name, else the GPU present."""
     if spec:

@@ -215,7 +215,8 @@ def summary_table(frame: pd.DataFrame) -> str:
 
     view["steady tok/s"] = column("steady_nonpad_tokens_per_second")
     view["step s"] = column("steady_step_time_median", fmt="{:.4f}")
-    view["cv %"] = column("steady_step_time_cv", 0.01)
+    # the spread the measurement warning judges (steady.robust_cv): one figure in the table and in its warning
+    view["robust cv %"] = column("steady_step_time_robust_cv", 0.01)
     view["mfu %"] = column("steady_mfu", 0.01)
     view["attn"] = frame.get("scan_attention_backend", blank).fillna("")
     view["gpu peak GiB"] = column("scan_mem_peak_allocated", 2**30, "{:.2f}")
