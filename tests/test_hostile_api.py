@@ -245,3 +245,17 @@ def test_the_issues_own_examples_name_the_option(matrix, tmp_path):
         assert [(p.source, p.key) for p in raised.value.problems] == [(source, key)], raised.value.problems
         assert "command line" not in str(raised.value) and "--" not in str(raised.value)
     assert not (tmp_path / "a").exists()
+
+
+def test_an_executor_whose_extra_is_missing_is_named_in_the_apis_words(matrix, tmp_path, monkeypatch):
+    """Issue W2: from Python the error said "command line: --executor"."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    monkeypatch.delitem(__import__("sys").modules, "ray", raising=False)  # imported by an earlier test
+    with pytest.raises(tunebench.InputError) as raised:
+        tunebench.run(matrix, RunSettings(executor="ray", results_output_path=str(tmp_path / "o")))
+    (problem,) = raised.value.problems
+    assert (problem.source, problem.key) == ("RunSettings", "executor") and "--" not in problem.message
+    assert not (tmp_path / "o").exists()
