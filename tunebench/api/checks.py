@@ -3,7 +3,7 @@ annotations of the options dataclass or the function) and range (the field's met
 choices the command line checks), each problem naming `Class: field` or `function: argument`.
 
 The command line reads its text into these same dataclasses; a problem found here is renamed to its option there
-(`in_cli_words`), so both report one check. A value of the wrong type is a problem here, never a TypeError or an
+(tunebench.api.words.in_cli_words), so both report one check. A value of the wrong type is a problem here, never a TypeError or an
 AttributeError from deep inside the pipeline.
 """
 
@@ -16,7 +16,6 @@ import math
 import types
 import typing
 from collections.abc import Iterable
-from pathlib import PurePath
 from typing import Any
 
 from tunebench.errors import InputError, InputProblem
@@ -99,8 +98,6 @@ def matches(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is PurePath or (isinstance(hint, type) and issubclass(hint, PurePath)):
-        return isinstance(value, PurePath)
     if isinstance(hint, type):
         return isinstance(value, hint)
     return True  # a form the API does not use: not checked here
@@ -145,14 +142,18 @@ def field_problems(options: Any, source: str | None = None, skip: Iterable[str] 
     names `source` (default the class name) and the field."""
     cls = type(options)
     source = source or cls.__name__
-    hints = typing.get_type_hints(cls)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a plugin's Settings whose annotations do not resolve here: its ranges are still checked
+        hints = {}
     problems = []
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
-        why = value_problem(getattr(options, field.name), hints[field.name], dict(field.metadata))
+        hint = hints.get(field.name, Any)
+        why = value_problem(getattr(options, field.name), hint, dict(field.metadata))
         if why:
-            problems.append(InputProblem(source, field.name, why, fix_for(field, hints[field.name])))
+            problems.append(InputProblem(source, field.name, why, fix_for(field, hint)))
     return problems
 
 

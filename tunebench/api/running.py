@@ -52,28 +52,33 @@ class RunSettings:
     # the results folder: new, empty, or one tunebench wrote
     results_output_path: str | os.PathLike = checked_field("--results_output_path", default="results",
                                                            example="'results'")
-    overwrite: bool = checked_field("--overwrite", default=False)  # first remove what earlier runs wrote there
+    # first remove what earlier runs wrote in the folder (only what tunebench wrote)
+    overwrite: bool = checked_field("--overwrite", default=False)
     dry_run: bool = checked_field("--dry_run", default=False)  # write spec.json and command.sh, run nothing
     resume: bool = checked_field(default=True)  # reuse experiments already completed in the folder
-    timeout: float | None = checked_field("--timeout", SECONDS, default=3600.0,  # seconds per experiment (a
-                                          example="600")  # scenario's `timeout:` wins); None: no limit
-    plan: bool = checked_field("--plan", default=False)  # predict each experiment's memory, pred_* columns
-    plan_device: str | None = checked_field(  # GPU name or size to judge `fits` against (default: the GPUs here)
-        "--plan_device", default=None, example="'80GiB'")
-    skip_predicted_oom: bool = checked_field("--skip_predicted_oom", default=False)  # implies plan
-    executor: str = checked_field("--executor", choices=EXECUTORS.names, default=Executor.LOCAL,  # by name:
-                                  example="'local'")  # tunebench.execution.executors.EXECUTORS
-    launcher: str | None = checked_field("--launcher", choices=LAUNCHERS.names, default=None,  # by name, where it
-                                         example="'python'")  # fits an experiment (execution.launchers.LAUNCHERS)
-    trackers: tuple[str, ...] = checked_field(  # harness trackers by name besides the always-on ones
-        "--trackers", choices=TRACKERS.names, default=(), example="('nvidia',)")
-    plugin_settings: tuple = checked_field(  # the executors' and trackers' typed settings
-        default=(), example="(LocalSettings(max_concurrent=2),)")
+    # seconds per experiment (a scenario's `timeout:` wins); None: no limit
+    timeout: float | None = checked_field("--timeout", SECONDS, default=3600.0, example="600")
+    plan: bool = checked_field("--plan", default=False)  # predict each experiment's memory: the pred_* columns
+    # a GPU name or a size to judge `fits` against (default: the GPUs here)
+    plan_device: str | None = checked_field("--plan_device", default=None, example="'80GiB'")
+    # skip experiments predicted not to fit (implies plan)
+    skip_predicted_oom: bool = checked_field("--skip_predicted_oom", default=False)
+    # by name: tunebench.execution.executors.EXECUTORS
+    executor: str = checked_field("--executor", choices=EXECUTORS.names, default=Executor.LOCAL, example="'local'")
+    # by name, where it fits an experiment: tunebench.execution.launchers.LAUNCHERS
+    launcher: str | None = checked_field("--launcher", choices=LAUNCHERS.names, default=None, example="'python'")
+    # harness trackers by name besides the always-on ones (telemetry.trackers)
+    trackers: tuple[str, ...] = checked_field("--trackers", choices=TRACKERS.names, default=(),
+                                              example="('nvidia',)")
+    # the executors' and trackers' typed settings
+    plugin_settings: tuple = checked_field(default=(), example="(LocalSettings(max_concurrent=2),)")
     cpu_slots: int = checked_field("--cpu_slots", Range(0, 4096), default=0, example="4")  # CPU slots (0: cores)
     exclusive_timing: bool = checked_field("--exclusive_timing", default=False)  # every experiment alone
     preload: bool = checked_field(default=True)  # fork one-process experiments from the preload server
-    preload_models: bool = checked_field("--preload_models", default=False)  # every model's config, tokenizer first
-    data_processing: bool = checked_field(default=True)  # False: reuse the preprocessed-data cache only
+    # load every model's config and tokenizer before the matrix
+    preload_models: bool = checked_field("--preload_models", default=False)
+    # False: reuse the preprocessed-data cache (a missing entry is an InputError)
+    data_processing: bool = checked_field(default=True)
     extra_env: dict[str, str] = checked_field(default_factory=dict, example="{'HF_HUB_OFFLINE': '1'}")
 
     def problems(self) -> list[InputProblem]:
