@@ -259,3 +259,9 @@ def test_an_executor_whose_extra_is_missing_is_named_in_the_apis_words(matrix, t
     (problem,) = raised.value.problems
     assert (problem.source, problem.key) == ("RunSettings", "executor") and "--" not in problem.message
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("env", [{"": "1"}, {"A=B": "1"}, {"A": "x\0y"}, {"A\0": "1"}])
+def test_an_environment_no_process_can_hold_is_refused_before_anything_starts(env):
+    problems = RunSettings(extra_env=env).problems()
+    assert [(p.source, p.key) for p in problems] == [("RunSettings", "extra_env")]

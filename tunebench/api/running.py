@@ -96,6 +96,12 @@ class RunSettings:
                 problems += field_problems(settings)
         if not any(p.key == "plan_device" for p in problems) and (why := plan_device_problem(self.plan_device)):
             problems.append(InputProblem("RunSettings", "plan_device", why, "e.g. plan_device='80GiB'"))
+        if not any(p.key == "extra_env" for p in problems):  # what an environment can hold (os.execve's rules)
+            bad = [k for k, v in self.extra_env.items() if not k or "=" in k or "\0" in k or "\0" in v]
+            if bad:
+                problems.append(InputProblem("RunSettings", "extra_env", f"{short(bad[0])} cannot be an environment "
+                                             "variable (empty, or holding '=' or a NUL)", "e.g. extra_env={'HF_HUB_"
+                                             "OFFLINE': '1'}"))
         return problems
 
 
