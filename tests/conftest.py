@@ -11,3 +11,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "multigpu" in item.keywords and ngpu < 2:
             item.add_marker(pytest.mark.skip(reason="needs 2+ CUDA GPUs"))
+
+
+# The suite's own watchdog (tunebench.execution.guardian, in its `always` mode): every process a test starts
+# carries the session's token, and however the session ends (a normal end, Ctrl-C, SIGTERM from a timeout, a
+# SIGKILL) the watchdog freezes and kills what is left of them: the session's process tree and every process
+# holding the token, such as the ranks of a torchrun whose launcher died before them.
+SESSION_ENV = "TUNEBENCH_TEST_SESSION"
+_session_guardian = None
+
+
+def pytest_configure(config):
+    global _session_guardian
+    from tunebench.execution.guardian import Guardian
+
+    _session_guardian = Guardian(SESSION_ENV, always=True).__enter__()
+
+
+def pytest_unconfigure(config):
+    global _session_guardian
+    if _session_guardian is not None:
+        _session_guardian.__exit__(None, None, None)
+        _session_guardian = None

@@ -79,3 +79,22 @@ def test_one_failure_fails_the_check_and_the_session_goes_on(tmp_path, capsys, m
     assert "ok    line 4:" in out and "ok    line 6:" in out  # the session kept its variable and went on
     assert "skip  line 5: never-run-here" in out
     assert "3 ok, 1 failed, 1 skipped" in out
+
+
+def test_what_the_recipes_write_in_the_clone_is_ignored_by_git():
+    """Issue W2: the recipes' outputs (the history store, its lock, its report and Parquet, the Python example's
+    folder) showed up as untracked files. Every relative output path the README and docs name is ignored."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("no git checkout here")
+    texts = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    named = set(re.findall(r"(?:--results_output_path|--parquet|--workdir) ([A-Za-z][\w.-]*)", texts))
+    outputs = {f"{name}/file" for name in named} | {
+        "history.duckdb", "history.duckdb.lock", "history.duckdb.wal", "history.html", "out-example/run/x.csv",
+        "results-tune/tune.csv", "bisect-20260101-000000/log.txt"}
+    done = subprocess.run(["git", "check-ignore", "--no-index", *sorted(outputs)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert set(done.stdout.split()) == outputs, sorted(outputs - set(done.stdout.split()))

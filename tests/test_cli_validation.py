@@ -173,3 +173,38 @@ def test_plan_refuses_a_local_config_it_could_not_use(tmp_path, capsys, text, me
     (problem,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
     assert f"arguments.model_name_or_path: {tmp_path / 'model' / message}" in problem
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_into_a_finished_folder_says_what_it_left_alone(tmp_path, capsys):
+    """Issue W2: a dry run said it wrote command.sh for each experiment, and into a finished folder it wrote none."""
+    code, _, out_dir = run_cli(tmp_path, capsys, "--dry_run", "--num_gpus_matrix", "1", "2", scenarios=[tiny_scenario()])
+    assert code == 0
+    finished = sorted(p for p in out_dir.iterdir() if p.is_dir())[0]
+    (finished / "results.json").write_text('{"experiment_id": "x", "status": "ok"}')
+    before = (finished / "command.sh").read_text()
+    code = cli.main([*write_inputs(tmp_path, [tiny_scenario()]), "--results_output_path", str(out_dir), "--dry_run",
+                     "--num_gpus_matrix", "1", "2"])
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert code == 0 and printed == (f"dry run: wrote command.sh for 1 experiment(s) under {out_dir}/; 1 already run "
+                                     "there, their files left as they are; ran nothing")
+    assert (finished / "command.sh").read_text() == before
+
+
+@pytest.mark.parametrize("where", ["yaml", "matrix"])
+def test_an_attention_implementation_transformers_does_not_know_is_exit_2_naming_the_key(tmp_path, capsys, where):
+    """Issue W2: `attn_implementation: bogus_attention` and `--attn_implementation_matrix bogus_attention` launched
+    experiments that all failed as the model loaded. The names are this transformers' own (its AttentionInterface)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from tunebench.experiment.acceleration import attention_implementations
+
+    assert set(attention_implementations()) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()} >= {"sdpa", "eager"}
+    scenario = tiny_scenario(attn_implementation="bogus_attention") if where == "yaml" else tiny_scenario()
+    extra = ["--attn_implementation_matrix", "sdpa", "bogus_attention"] if where == "matrix" else []
+    code, err, out_dir = run_cli(tmp_path, capsys, "--dry_run", *extra, scenarios=[scenario])
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    key = "command line: --attn_implementation_matrix" if where == "matrix" else \
+        "scenario 'full': arguments.attn_implementation"
+    assert code == 2 and len(problems) == 1 and key in problems[0], err
+    assert "unknown attention implementation 'bogus_attention' (fix: one of: eager, " in problems[0]
+    assert not out_dir.exists()

@@ -392,3 +392,15 @@ def test_format_value_units():
     assert rules.format_value("scan_time_forward", 0.0125) == "12.50 ms"
     assert rules.format_value(TP, 12345.67) == "12,345.7"
     assert rules.format_value(TP, np.nan) == ""
+
+
+def test_a_csv_larger_than_any_results_csv_is_refused_before_pandas_reads_it(tmp_path):
+    """Issue W2: user files are bounded before they are parsed (a sparse file: no disk is written)."""
+    from tunebench.results.compare_io import CompareInputError, load_csv
+    from tunebench.user_files import MAX_CSV_BYTES
+
+    huge = tmp_path / "ref.csv"
+    with open(huge, "wb") as handle:
+        handle.truncate(MAX_CSV_BYTES + 1)
+    with pytest.raises(CompareInputError, match=r"reference .*ref.csv: 268,435,457 bytes, more than the 268,435,456"):
+        load_csv(huge, "reference")

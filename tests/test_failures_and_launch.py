@@ -176,3 +176,14 @@ def test_a_harness_started_by_another_harness_survives_its_inherited_preload_var
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ok" in (tmp_path / "out" / "raw_summary.csv").read_text()
+
+
+def test_a_process_that_failed_before_opening_its_logs_says_so(tmp_path):
+    """Issue W2: a forked experiment that failed while starting (before it opened stderr.log) was a row saying only
+    `exit code 1`; it says where its cause went. With a stderr.log, its last traceback (or the code) as before."""
+    from tunebench.execution.failures import classify
+
+    status, message = classify(1, False, "", tmp_path)
+    assert status == "error" and message.startswith("exit code 1 before the experiment opened its stderr.log")
+    (tmp_path / "stderr.log").write_text("")
+    assert classify(1, False, "", tmp_path) == ("error", "exit code 1")

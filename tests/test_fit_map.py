@@ -88,3 +88,24 @@ def test_an_8bit_row_says_the_micro_batch_its_outlier_columns_were_counted_at(mo
     row = fit_map_module.fit_map([spec], 2 * 1024**3, "a 2 GiB budget", None).iloc[0]
     assert row["pred_note"] == f"8-bit outlier columns counted at micro-batch 3: {said}"
     assert row["max_micro_batch"] > 3
+
+
+def test_a_zero_byte_device_is_a_not_even_one_row_not_a_python_error():
+    """Issue W2: `--plan_device 0GiB` wrote `no prediction (unsupported operand type(s) for -: 'NoneType' and
+    'int')`: 0 bytes was taken for "no device". The README's 0 ("not even 1") comes with what micro-batch 1 needs."""
+    import dataclasses
+
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
+    from tunebench.planning import fit_map as fit_map_module
+    from tunebench.planning.predict import fit_columns, predict, shape_and_sharding
+
+    spec = typed([ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu", {
+        "model_name_or_path": "preset:llama-tiny", "per_device_train_batch_size": 3, "max_seq_len": 32})])[0]
+    row = fit_map_module.fit_map([spec], 0, "0GiB", None).iloc[0]
+    shape, sharding = shape_and_sharding(spec)
+    one = predict(dataclasses.replace(shape, micro_batch=1), sharding, cuda=False)["pred_mem_peak"]
+    assert row["max_micro_batch"] == 0 and row["next_pred_mem_reserved"] == one
+    assert row["pred_note"] == (f"not even micro-batch 1 fits: it needs {one / 2**20:.1f} MiB reserved, 0.0 KiB of "
+                                "the 0.0 KiB device are usable")
+    assert fit_columns(one, 0)["pred_fits"] is False and fit_columns(one, None)["pred_fits"] is None

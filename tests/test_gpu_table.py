@@ -58,7 +58,7 @@ def test_a_user_file_overrides_figure_by_figure_and_adds_gpus_that_win_lookups(t
     ("gpus: [{name: X, bf16_tflops: 9, memory_tb_per_s: 1}, {name: x, bf16_tflops: 9, memory_tb_per_s: 1}]",
      "gpus", "'x' is listed twice"),
     ("gpu: []", "gpus", "expected a mapping with one key"),
-    ("gpus: [1, 2", "(YAML)", "not valid YAML"),
+    ("gpus: [1, 2", "line 1, column 12", "malformed YAML"),
 ])
 def test_bad_entries_are_reported_with_file_key_and_fix(tmp_path, text, key, message):
     path = tmp_path / "bad.yaml"
@@ -78,7 +78,7 @@ def test_every_problem_of_a_file_is_reported_at_once(tmp_path):
 
 
 def test_missing_file_and_unknown_gpu_name_their_option(tmp_path):
-    with pytest.raises(InputError, match="--gpu_table: cannot read it"):
+    with pytest.raises(InputError, match="--gpu_table: file not found"):
         load_table(tmp_path / "absent.yaml")
     with pytest.raises(InputError, match=r"--plan_device: 'TPU v5' is not in the GPU table \(fix: one of NVIDIA H100"):
         resolve(load_table(), "TPU v5", "--plan_device")
@@ -104,3 +104,52 @@ def test_hostile_files_load_or_raise_input_error_never_anything_else(tmp_path_fa
         return
     for gpu in table.gpus:  # whatever loaded is usable: the rates are positive finite numbers
         assert all(0 < gpu.value(k) < 1e7 for k in REQUIRED)
+
+
+def _alias_bomb(width: int, depth: int, where: str) -> str:
+    """A small YAML file whose anchors nest `depth` levels of `width` copies each: width**depth values."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, depth + 1)]
+    entry = {"name": f"{{name: X, bf16_tflops: 1, memory_tb_per_s: 1, match: *a{depth}}}",
+             "figure": f"{{name: X, bf16_tflops: *a{depth}, memory_tb_per_s: 1}}",
+             "top": f"*a{depth}"}[where]
+    return "\n".join(lines) + (f"\ngpus: [{entry}]\n" if where != "top" else f"\ngpus: {entry}\n")
+
+
+_hostile_texts = st.one_of(
+    st.builds(_alias_bomb, st.integers(2, 12), st.integers(1, 9), st.sampled_from(["name", "figure", "top"])),
+    st.sampled_from([40, 2000, 100_000, 300_000]).map(lambda n: "gpus: " + "[" * n + "]" * n),
+    st.sampled_from([1, 10, 1001]).map(lambda n: "gpus:\n" + "".join(
+        f"  - {{name: G{i}, bf16_tflops: 9, memory_tb_per_s: 1}}\n" for i in range(n))),
+    st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+    st.just("gpus: []\n" + "#" * (300 * 1024)),  # over the size bound, every byte a comment
+    st.just("gpus: [{name: '" + "x" * 100_000 + "', bf16_tflops: 1, memory_tb_per_s: 1}]"),
+)
+
+
+@given(text=_hostile_texts)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+def test_hostile_gpu_table_texts_are_bounded_and_one_problem_each(tmp_path_factory, text):
+    """Issue W2: a 50 MB table was still loading after 580 s, and a 608-byte file of nested anchors took 4 min and
+    15 GB: its error message built the value's whole repr. Every file now loads or is refused quickly, each problem
+    a short line naming the file."""
+    import time
+
+    path = tmp_path_factory.mktemp("bomb") / "gpus.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    started = time.monotonic()
+    try:
+        load_table(path)
+    except InputError as exc:
+        assert 0 < len(exc.problems) <= 20 and all(p.source == str(path) and len(str(p)) < 1000
+                                                   for p in exc.problems), str(exc)[:2000]
+    assert time.monotonic() - started < 10
+
+
+def test_the_issues_alias_bomb_is_refused_at_once(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(10, 9, "name"))
+    assert len(path.read_bytes()) < 700
+    with pytest.raises(InputError) as caught:
+        load_table(path)
+    assert [p.message for p in caught.value.problems] == ["expands to more than 50,000 values (aliases?)"]

@@ -237,3 +237,18 @@ def test_the_report_shows_parity_and_time_to_target_beside_the_speed_up():
     assert "1.50×" in text and "0.50×" in text and "5 % (beyond tolerance)" in text
     assert "0.75×" in text  # 1.5× the tokens/s, yet 30 s ÷ 40 s to the target loss: slower where it counts
     assert text.count("<tr") == 2  # the header and the one accelerated row: the baseline is not beside itself
+
+
+def test_a_row_without_parity_says_why(tmp_path):
+    """Issue W2: when the baseline row was missing or failed, the parity columns were empty and nothing said why."""
+    spec = {"experiment_id": "f", "scenario": "s", "framework_config": "fast", "num_gpus": 1, "device_type": "cpu",
+            "repeat": 1, "arguments": BASE_ARGS, "framework_config_detail": {"arguments": {"torch_compile": True}}}
+    _folder(tmp_path, "s_f", spec, [{"step": 1, "loss": 2.0}])
+    row = {"experiment_id": "f", "scenario": "s", "framework_config": "fast", "num_gpus": 1, "status": "ok"}
+    alone = parity_columns(tmp_path, pd.DataFrame([row])).iloc[0]
+    assert alone["loss_parity_note"] == ("no baseline in this folder: add framework config `none` (null) to scenario "
+                                         "'s' on 1 device(s), with the same arguments")
+    failed = {**row, "experiment_id": "b", "framework_config": "none", "status": "oom"}
+    frame = parity_columns(tmp_path, pd.DataFrame([row, failed]))
+    assert frame["loss_parity_note"].tolist() == ["its baseline b ended oom: no loss to compare with", None]
+    assert "loss_parity_max_rel_diff" not in frame.columns  # no figure is guessed

@@ -166,3 +166,21 @@ def test_an_unquantized_model_plans_without_bitsandbytes(monkeypatch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # importing it now raises ModuleNotFoundError
     shape = StepShape("preset:llama-tiny", "bfloat16", 2, 64, padded=False, autocast_bf16=True)
     assert predict_step(shape, gpu_arch=90)["peak"] > 0
+
+
+def test_zero_gradients_at_the_peak_are_explained_under_the_plan_table():
+    """Issue W2: `plan` showed 0 GiB of gradients for full fine-tuning (right: their value at the peak, before
+    backward makes this step's first gradient), without a word; a note now says so under the table."""
+    from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
+    from tunebench.matrix.validation import typed
+    from tunebench.planning.plan_matrix import plan_experiments, table_notes
+
+    spec = typed([ExperimentSpec("full", FrameworkConfig("none"), 1, "cuda", {
+        "model_name_or_path": "preset:llama-tiny", "per_device_train_batch_size": 8, "max_seq_len": 128})])[0]
+    found = plan_experiments([spec], 80 * 2**30, device_name="80GiB")
+    assert found[spec.experiment_id]["pred_mem_grads"] == 0 and found[spec.experiment_id]["pred_mem_params"] > 0
+    (note,) = table_notes([spec], found)
+    assert note.startswith(f"grads 0 GiB (1 row(s), e.g. {spec.folder_name}): every column is its size at the step's "
+                           "peak, which comes before backward makes this step's first gradient")
+    on_cpu = {spec.experiment_id: {**found[spec.experiment_id], "pred_mem_grads": 1024}}
+    assert table_notes([spec], on_cpu) == []

@@ -60,7 +60,8 @@ def test_tune_options_from_python_are_checked_in_the_options_words(tmp_path):
                                     results_output_path=str(tmp_path / "t"))
     with pytest.raises(tunebench.InputError) as raised:
         tunebench.tune(options)
-    assert [p.key for p in raised.value.problems] == ["--micro_batches"]
+    assert [(p.source, p.key) for p in raised.value.problems] == [("TuneOptions", "micro_batches")]
+    assert "effective_batch=6 / num_gpus=1" in raised.value.problems[0].message  # no `--option` of the CLI
     assert not (tmp_path / "t").exists()  # nothing created before the options are right
 
 
@@ -94,3 +95,64 @@ def test_the_python_example_plans_runs_compares_and_plots(tmp_path):
     assert list(frame["status"]) == ["ok"] * 3 and frame["pred_mem_peak"].notna().all()
     assert (tmp_path / "run" / "report.html").is_file()
     assert (tmp_path / "throughput-vs-memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+UNGUARDED = '''
+import sys
+import tunebench
+matrix = tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {
+    "model_name_or_path": ["preset:llama-tiny"], "max_steps": 6, "max_seq_len": 16, "synthetic_num_samples": 8,
+    "steady_warmup_steps": 2, "steady_min_steps": 2, "torch_dtype": "float32", "bf16": False}}], device="cpu")
+print("planned", len(tunebench.plan(matrix)))
+result = tunebench.run(matrix, tunebench.RunSettings(results_output_path=sys.argv[1]))
+print("statuses", list(result.frame["status"]), result.frame["steady_nonpad_tokens_per_second"].notna().all())
+'''
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_plans_and_runs(tmp_path):
+    """Issue W2: the forkserver re-ran the user's module (no `if __name__ == "__main__":`) in every experiment,
+    which then found the results folder held by its own harness. The script's experiments fork from the preload
+    server now without running the script again."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("planned 1") == 1 and "statuses ['ok'] True" in done.stdout, done.stdout
+    assert "in use by" not in done.stderr
+
+
+def test_a_process_the_harness_started_is_told_to_guard_its_script(tmp_path, monkeypatch):
+    """The lock's refusal, when its holder is the harness that started this process: not "wait for that harness"
+    (which is this one's parent, and waits for it), but the guard the script lacks."""
+    import os
+
+    from tunebench.execution.guard import results_lock
+    from tunebench.lifetime import HARNESS_PID_ENV
+
+    with results_lock(tmp_path / "out"):
+        monkeypatch.setenv(HARNESS_PID_ENV, str(os.getpid()))
+        real = os.getpid()
+        monkeypatch.setattr(os, "getpid", lambda: real + 1)  # this process, as a child of the holder sees itself
+        with pytest.raises(tunebench.InputError) as raised:
+            with results_lock(tmp_path / "out"):
+                pass
+    (problem,) = raised.value.problems
+    assert "started by the harness that holds the folder" in problem.message
+    assert problem.fix == 'put the script\'s calls under `if __name__ == "__main__":`'
+
+
+def test_a_frame_whose_rows_all_failed_has_the_key_columns(tmp_path):
+    """Issue W2: a matrix whose experiments all failed gave a frame without the metric columns, and a script
+    reading them died with a KeyError; the summary table of such rows no longer fails either."""
+    from tunebench.results import summaries
+
+    rows = [{"experiment_id": "a", "scenario": "s", "status": "error", "error_messages": "exit code 1"}]
+    frame = summaries.with_key_columns(summaries.collect(rows))
+    assert frame["steady_nonpad_tokens_per_second"].isna().all() and list(frame["status"]) == ["error"]
+    assert "error" in summaries.summary_table(summaries.collect(rows))
+    matrix = tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}],
+                                             device="cpu")
+    dry = tunebench.run(matrix, tunebench.RunSettings(results_output_path=str(tmp_path / "o"), dry_run=True))
+    assert set(summaries.KEY_METRICS) <= set(dry.frame.columns)

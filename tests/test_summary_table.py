@@ -38,3 +38,19 @@ def test_rows_from_a_csv_read_back_keep_integer_settings_and_a_clean_run_prints_
     frame = pd.DataFrame([row("a" * 12, 2, 4, "x")]).astype({"num_gpus": float, "per_device_train_batch_size": float})
     assert summary_table(frame).endswith("\n  ! aaaaaaaaaaaa full-finetuning/none gpus=2 bs=4×1: x")
     assert "measurement warnings" not in summary_table(pd.DataFrame([row("b" * 12, 1, 4, "")]))
+
+
+def test_the_tables_spread_is_the_one_its_warning_names():
+    """Issue W2: the table's `cv %` (std/mean, 7.5) and the warning's robust CV (6.9 %) disagreed for one row. The
+    table shows the robust CV the warning judges: the same figure, from the same steps."""
+    from tunebench.experiment.steady import SteadyPolicy, summarize
+
+    times = [1.0] * 3 + [0.93, 1.07, 0.95, 1.05, 1.0, 0.92, 1.08, 1.0, 1.5, 0.94, 1.06]  # warm-up, then a spread
+    summary = summarize(times, SteadyPolicy(warmup_steps=3, min_steps=5, max_cv=0.05))
+    (warning,) = summary.warnings
+    robust, plain = f"{100 * summary.robust_cv:.1f}", f"{100 * summary.cv:.1f}"
+    assert robust != plain and f"step time spread {robust} % (robust CV" in warning
+    frame = pd.DataFrame([{**row("0a1b2c3d4e5f", 1, 4, warning), "steady_step_time_cv": summary.cv,
+                           "steady_step_time_robust_cv": summary.robust_cv}])
+    header, line = summary_table(frame).splitlines()[:2]
+    assert "robust cv %" in header and robust in line.split() and plain not in line.split()

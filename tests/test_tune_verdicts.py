@@ -201,3 +201,19 @@ def test_the_run_it_line_runs_from_where_tune_ran(tmp_path, monkeypatch):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list((here / "again").glob("tuned-*/command.sh"))) == 1
+
+
+def test_a_cpu_points_memory_reads_as_itself_and_the_empty_measured_peak_says_why(tmp_path):
+    """Issue W2: tune printed "peak 0.00 GiB" for every CPU point and `mem_peak_gib` showed None unexplained."""
+    from tunebench.planning.predict import memory_text
+
+    assert [memory_text(b) for b in (1_636_068, 3 * 2**30 + 2**29, 2048)] == ["1.6 MiB", "3.50 GiB", "2.0 KiB"]
+    assert output._gib(1_636_068) == 0.001524 and output._gib(None) is None
+    fits, why = prune.verdict({"pred_mem_peak": 1_636_068, "pred_mem_reserved": 1_636_068,
+                               "pred_fit_margin_bytes": 2**30}, prune.Margin(0.02, "test"))
+    assert fits and why.startswith("fits: 1.6 MiB predicted (+2.0%) of 1.00 GiB usable")
+    outcome = _outcome({})
+    options = replace(OPTIONS, results_output_path=str(tmp_path / "out"))
+    text = output.summary(outcome, output.write(outcome, options, cpu=True), options, cpu=True)
+    assert "mem_peak_gib: the CUDA allocator's measured peak, which a CPU run has none of" in text
+    assert "mem_peak_gib: the CUDA" not in output.summary(outcome, output.ranked_table(outcome, options), options)

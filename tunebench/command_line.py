@@ -21,6 +21,7 @@ MAX_SECONDS = 30 * 24 * 3600
 MAX_MINUTES = MAX_SECONDS // 60
 MAX_COUNT = 2**20  # batch sizes, sequence lengths, steps of one option: more is never meant
 SECONDS = Range(0, MAX_SECONDS, low_open=True)
+COUNT = Range(1, MAX_COUNT)  # the values of a matrix (GPUs, batch sizes, sequence lengths)
 
 
 class HelpFormatter(argparse.HelpFormatter):

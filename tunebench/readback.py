@@ -25,14 +25,17 @@ class Unreadable(ValueError):
 
 def _depth(value: Any) -> int:
     """Nesting depth of parsed JSON, without recursion (a hostile file may nest a million levels)."""
+    if not isinstance(value, (dict, list)):
+        return 0
     deepest, pending = 0, [(value, 1)]
     while pending:
         item, level = pending.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            if deepest > MAX_DEPTH:
-                return deepest
-            pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            return deepest
+        # only containers are walked: a 100 000-step steps.json is 700 000 numbers and 100 000 objects
+        pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+                       if isinstance(child, (dict, list)))
     return deepest
 
 

@@ -27,7 +27,6 @@ sys.path.insert(0, str(REPO))
 from tunebench.planning.plan_matrix import plan_experiments  # noqa: E402
 from tunebench.planning.projection.command import projection  # noqa: E402
 from tunebench.planning.projection.memory import spec_of  # noqa: E402
-from tunebench.results.folder import experiment_folders  # noqa: E402
 from tunebench.results.samples import write_reference  # noqa: E402
 from tunebench.results.summaries import write_summaries  # noqa: E402
 
@@ -156,7 +155,7 @@ def concurrency(rows: pd.DataFrame) -> pd.DataFrame:
     """The same experiment packed beside others and alone: steady step medians."""
     ok = rows[rows["status"] == "ok"]
     out = []
-    for experiment, group in ok.groupby("experiment_id"):
+    for _, group in ok.groupby("experiment_id"):
         packed, alone = group[group["concurrent_experiments"].fillna(0) > 0], group[group["concurrent_experiments"].fillna(0) == 0]
         if len(packed) and len(alone):
             p, a = packed.iloc[0], alone.iloc[0]

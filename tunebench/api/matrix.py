@@ -14,10 +14,15 @@ matrices (tune: one per batch of points) reads them once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+import os
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from tunebench.api.checks import checked_field, field_problems, raise_problems
+from tunebench.api.words import api_words
+from tunebench.bounds import Range
+from tunebench.command_line import COUNT
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
@@ -39,41 +44,56 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Experiments of one command (matrix × repeats): each is validated, given a folder and a row before anything runs.
 MAX_RUNS = 10_000
+MEMORY_MODES = ("scanner", "huggingface", "nvidia")  # memory_logging's modes (the CLI's `all` is the three)
 PYTHON_SOURCE = "Matrix.from_scenarios"  # what a problem of scenarios built in Python names as its file
 
 
 @dataclass
 class MatrixOptions:
-    """What decides the experiments: the input files, the device, and the matrices crossed with each scenario."""
+    """What decides the experiments: the input files, the device, and the matrices crossed with each scenario.
+    Each field's type, range and choices are checked by `problems` (the command line checks the same)."""
 
-    scenarios: str | None = None  # None: scenarios.yaml on a GPU host, scenarios-cpu.yaml elsewhere
-    defaults: str = str(REPO_ROOT / "defaults.yaml")
-    framework_configs: str = str(REPO_ROOT / "framework_configs.yaml")
-    accelerate_config: str = str(REPO_ROOT / "accelerate.yaml")
-    device: Device = Device.AUTO
-    num_gpus: list[int] = field(default_factory=lambda: [1])
-    effective_batch_size: list[int] | None = None
-    max_seq_len: list[int] | None = None
-    packing: list[bool] | None = None
-    attn_implementation: list[str] | None = None
-    run_only_scenarios: list[str] | None = None
-    include_slow: bool = False
-    memory_logging: frozenset[str] = frozenset({"scanner"})
-    repeats: int = 1
+    scenarios: str | os.PathLike | None = checked_field(  # None: scenarios.yaml on a GPU host, else scenarios-cpu.yaml
+        "--scenarios_config_path", default=None, example="'scenarios.yaml'")
+    defaults: str | os.PathLike = checked_field("--defaults_config_path", default=str(REPO_ROOT / "defaults.yaml"))
+    framework_configs: str | os.PathLike = checked_field("--framework_configs_path",
+                                                         default=str(REPO_ROOT / "framework_configs.yaml"))
+    accelerate_config: str | os.PathLike = checked_field("--accelerate_config",
+                                                         default=str(REPO_ROOT / "accelerate.yaml"))
+    device: Device = checked_field("--device", default=Device.AUTO, example="'cpu'")
+    num_gpus: list[int] = checked_field("--num_gpus_matrix", COUNT, nonempty=True, default_factory=lambda: [1],
+                                        example="[1, 2]")
+    effective_batch_size: list[int] | None = checked_field("--effective_batch_size_matrix", COUNT, nonempty=True,
+                                                           default=None, example="[8, 16]")
+    max_seq_len: list[int] | None = checked_field("--max_seq_len_matrix", COUNT, nonempty=True, default=None,
+                                                  example="[512, 1024]")
+    packing: list[bool] | None = checked_field("--packing_matrix", nonempty=True, default=None,
+                                               example="[True, False]")
+    attn_implementation: list[str] | None = checked_field("--attn_implementation_matrix", nonempty=True,
+                                                          default=None, example="['sdpa', 'eager']")
+    run_only_scenarios: list[str] | None = checked_field("--run_only_scenarios", default=None, example="['lora']")
+    include_slow: bool = checked_field("--include_slow", default=False)
+    memory_logging: frozenset[str] = checked_field("--memory_logging", choices=MEMORY_MODES,
+                                                   default=frozenset({"scanner"}), example="{'scanner', 'nvidia'}")
+    repeats: int = checked_field("--repeats", Range(1, 100), default=1, example="3")
+
+    def problems(self, source: str = "MatrixOptions") -> list[InputProblem]:
+        """Every field of the wrong type or out of its range, named `source: field`."""
+        return field_problems(self, source)
 
     @classmethod
     def checked(cls, caller: str, **options) -> MatrixOptions:
-        """MatrixOptions from keyword arguments; an unknown name or device is an InputError naming it."""
+        """MatrixOptions from keyword arguments; an unknown name, or a value of the wrong type or range, is an
+        InputError naming it (`caller: name`)."""
         known = [f.name for f in fields(cls)]
         problems = [InputProblem(caller, name, "no such option", "one of: " + ", ".join(known))
                     for name in sorted(set(options) - set(known))]
-        device = options.get("device", Device.AUTO)
-        if device not in set(Device):
-            problems.append(InputProblem(caller, "device", f"unknown device {device!r}",
-                                         "one of: " + ", ".join(Device)))
         if problems:
             raise InputError(problems)
-        return cls(**{**options, "device": Device(device)})
+        made = cls(**options)
+        raise_problems(made.problems(caller))
+        made.device = Device(made.device)
+        return made
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,8 @@ class Matrix:
     @classmethod
     def from_yaml(cls, scenarios: str | None = None, **options) -> Matrix:
         """The matrix of a scenarios file (and the other inputs' defaults), `options` as in MatrixOptions."""
-        return build(MatrixOptions.checked("Matrix.from_yaml", scenarios=scenarios, **options))
+        with api_words((MatrixOptions, "Matrix.from_yaml")):
+            return build(MatrixOptions.checked("Matrix.from_yaml", scenarios=scenarios, **options))
 
     @classmethod
     def from_scenarios(cls, scenarios: list[dict[str, Any]], data_processing: dict[str, Any] | None = None,
@@ -123,7 +144,8 @@ class Matrix:
             checked = MatrixOptions.checked(PYTHON_SOURCE, **options)
         except InputError as exc:  # the options' problems and the scenarios', together
             raise InputError(exc.problems + problems) from None
-        return build(checked, problems, scenario_file=scenario_file, scenarios_source=PYTHON_SOURCE)
+        with api_words((MatrixOptions, PYTHON_SOURCE)):
+            return build(checked, problems, scenario_file=scenario_file, scenarios_source=PYTHON_SOURCE)
 
     def frame(self):
         """One row per experiment: its identity and settings, as the CSVs hold them."""
@@ -177,8 +199,13 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
                                        f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
                                        f"than the {MAX_RUNS:,} runs one command takes",
                                        "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
+    # a matrix's value wins over every file's: its problems name the option
+    matrix_options = {key: option for key, option, values in (
+        ("attn_implementation", "--attn_implementation_matrix", options.attn_implementation),
+        ("max_seq_len", "--max_seq_len_matrix", options.max_seq_len),
+        ("packing", "--packing_matrix", options.packing)) if values}
     sources = Sources(defaults, inputs.defaults_path, {s.name: s.arguments for s in selected}, source,
-                      scenario_file.data_processing, inputs.framework_configs_path)
+                      scenario_file.data_processing, inputs.framework_configs_path, matrix_options)
     experiments, found = validate(experiments, sources, cuda_here=bool(inputs.gpus))
     problems += found
     return experiments

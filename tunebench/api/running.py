@@ -12,22 +12,31 @@ InputError before anything runs. The CLI is a thin client of this module.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tunebench.api.matrix import Matrix
-from tunebench.errors import InputError
+from tunebench.api.checks import argument_problem, checked_field, field_problems, raise_problems, short
+from tunebench.api.matrix import Matrix, MatrixOptions
+from tunebench.api.planning import plan_device_problem
+from tunebench.api.words import api_words
+from tunebench.bounds import Range
+from tunebench.command_line import SECONDS
+from tunebench.errors import InputError, InputProblem
+from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.guard import results_lock, stop_on_signals
+from tunebench.execution.launchers import LAUNCHERS
 from tunebench.execution.processes import RunSession
 from tunebench.execution.runner import run_matrix
 from tunebench.fileio import write_atomic
 from tunebench.results import folder as results_folder
 from tunebench.results import summaries
+from tunebench.telemetry.trackers import TRACKERS
 from tunebench.vocabulary import Executor
 
 logger = logging.getLogger(__name__)
@@ -37,32 +46,70 @@ logger = logging.getLogger(__name__)
 class RunSettings:
     """How to run a matrix: the results folder, what to reuse, the executor and trackers (each plugin's own
     settings in `plugin_settings`, e.g. LocalSettings(max_concurrent=2), RaySettings(address="auto"),
-    SidecarSettings(loop_ms=50))."""
+    SidecarSettings(loop_ms=50)). Each field's type, range and choices are checked by `problems` when a run
+    starts (the command line checks the same)."""
 
-    results_output_path: str = "results"
-    overwrite: bool = False  # first remove what earlier runs wrote in the folder (only what tunebench wrote)
-    dry_run: bool = False  # write spec.json and command.sh per experiment, run nothing
-    resume: bool = True  # reuse experiments already completed in the folder
-    timeout: float | None = 3600.0  # seconds per experiment (a scenario's `timeout:` wins)
-    plan: bool = False  # predict each experiment's memory and join the pred_* columns to its row
-    plan_device: str | None = None  # GPU name or size to judge `fits` against (default the GPUs here)
-    skip_predicted_oom: bool = False  # skip experiments predicted not to fit (implies plan)
-    executor: str = Executor.LOCAL  # by name: tunebench.execution.executors.EXECUTORS
-    launcher: str | None = None  # by name, where it fits an experiment: tunebench.execution.launchers.LAUNCHERS
-    trackers: tuple[str, ...] = ()  # harness trackers by name besides the always-on ones (telemetry.trackers)
-    plugin_settings: tuple = ()  # the executors' and trackers' typed settings
-    cpu_slots: int = 0  # CPU process slots (0: the cores)
-    exclusive_timing: bool = False  # every experiment alone on its machine
-    preload: bool = True  # fork one-process experiments from the preload server
-    preload_models: bool = False  # load every model's config and tokenizer before the matrix
-    data_processing: bool = True  # False: reuse the preprocessed-data cache (a missing entry is an InputError)
-    extra_env: dict[str, str] = field(default_factory=dict)
+    # the results folder: new, empty, or one tunebench wrote
+    results_output_path: str | os.PathLike = checked_field("--results_output_path", default="results",
+                                                           example="'results'")
+    # first remove what earlier runs wrote in the folder (only what tunebench wrote)
+    overwrite: bool = checked_field("--overwrite", default=False)
+    dry_run: bool = checked_field("--dry_run", default=False)  # write spec.json and command.sh, run nothing
+    resume: bool = checked_field(default=True)  # reuse experiments already completed in the folder
+    # seconds per experiment (a scenario's `timeout:` wins); None: no limit
+    timeout: float | None = checked_field("--timeout", SECONDS, default=3600.0, example="600")
+    plan: bool = checked_field("--plan", default=False)  # predict each experiment's memory: the pred_* columns
+    # a GPU name or a size to judge `fits` against (default: the GPUs here)
+    plan_device: str | None = checked_field("--plan_device", default=None, example="'80GiB'")
+    # skip experiments predicted not to fit (implies plan)
+    skip_predicted_oom: bool = checked_field("--skip_predicted_oom", default=False)
+    # by name: tunebench.execution.executors.EXECUTORS
+    executor: str = checked_field("--executor", choices=EXECUTORS.names, default=Executor.LOCAL, example="'local'")
+    # by name, where it fits an experiment: tunebench.execution.launchers.LAUNCHERS
+    launcher: str | None = checked_field("--launcher", choices=LAUNCHERS.names, default=None, example="'python'")
+    # harness trackers by name besides the always-on ones (telemetry.trackers)
+    trackers: tuple[str, ...] = checked_field("--trackers", choices=TRACKERS.names, default=(),
+                                              example="('nvidia',)")
+    # the executors' and trackers' typed settings
+    plugin_settings: tuple = checked_field(default=(), example="(LocalSettings(max_concurrent=2),)")
+    cpu_slots: int = checked_field("--cpu_slots", Range(0, 4096), default=0, example="4")  # CPU slots (0: cores)
+    exclusive_timing: bool = checked_field("--exclusive_timing", default=False)  # every experiment alone
+    preload: bool = checked_field(default=True)  # fork one-process experiments from the preload server
+    # load every model's config and tokenizer before the matrix
+    preload_models: bool = checked_field("--preload_models", default=False)
+    # False: reuse the preprocessed-data cache (a missing entry is an InputError)
+    data_processing: bool = checked_field(default=True)
+    extra_env: dict[str, str] = checked_field(default_factory=dict, example="{'HF_HUB_OFFLINE': '1'}")
+
+    def problems(self) -> list[InputProblem]:
+        """Every field of the wrong type, out of its range or naming no plugin, and every plugin settings object's
+        own fields, each named `RunSettings: field` (`<its class>: field`)."""
+        problems = field_problems(self)
+        if any(p.key == "plugin_settings" for p in problems):
+            return problems
+        for settings in self.plugin_settings:
+            if not dataclasses.is_dataclass(settings) or isinstance(settings, type):
+                problems.append(InputProblem("RunSettings", "plugin_settings", f"{short(settings)} is no plugin's "
+                                             "settings", "give instances of the plugins' Settings classes, e.g. "
+                                             "LocalSettings(max_concurrent=2)"))
+            else:
+                problems += field_problems(settings)
+        if not any(p.key == "plan_device" for p in problems) and (why := plan_device_problem(self.plan_device)):
+            problems.append(InputProblem("RunSettings", "plan_device", why, "e.g. plan_device='80GiB'"))
+        if not any(p.key == "extra_env" for p in problems):  # what an environment can hold (os.execve's rules)
+            bad = [k for k, v in self.extra_env.items() if not k or "=" in k or "\0" in k or "\0" in v]
+            if bad:
+                problems.append(InputProblem("RunSettings", "extra_env", f"{short(bad[0])} cannot be an environment "
+                                             "variable (empty, or holding '=' or a NUL)", "e.g. extra_env={'HF_HUB_"
+                                             "OFFLINE': '1'}"))
+        return problems
 
 
 @dataclass
 class RunResult:
-    """What a run wrote: every experiment of the folder (`frame`, as raw_summary.csv), this run's own rows in matrix
-    order (`rows`), and the files (`paths`: folder, raw_summary, benchmarks)."""
+    """What a run wrote: every experiment of the folder (`frame`, as raw_summary.csv; the key columns and metrics
+    always there, empty where no row has them), this run's own rows in matrix order (`rows`), and the files
+    (`paths`: folder, raw_summary, benchmarks)."""
 
     frame: Any  # pandas.DataFrame
     rows: list[dict[str, Any]]
@@ -107,10 +154,33 @@ def run(matrix: Matrix, settings: RunSettings | None = None, session: RunSession
         say: Callable[[str], None] | None = None) -> RunResult:
     """Run the matrix into `settings.results_output_path` and return what is on disk there. Claims and locks the
     folder; however the run ends, the CSVs hold every experiment on disk. `say` hears what the run is about to do
-    (the CLI prints it; default: the log)."""
+    (the CLI prints it; default: the log). What is wrong with the arguments is one InputError in their names."""
+    raise_problems([argument_problem("run", "matrix", matrix, Matrix, "build it with tunebench.Matrix.from_yaml(...) "
+                                     "or tunebench.Matrix.from_scenarios(...)"),
+                    argument_problem("run", "settings", settings, RunSettings | None,
+                                     "e.g. tunebench.run(matrix, tunebench.RunSettings(results_output_path='out'))")])
     settings = settings or RunSettings()
-    predictions = prepare(matrix, settings)
-    return run_prepared(matrix, settings, predictions, session or RunSession(), say)
+    raise_problems(settings.problems())
+    with api_words((MatrixOptions, "MatrixOptions"), (RunSettings, "RunSettings")):
+        raise_problems(results_folder.check(str(settings.results_output_path)) + executor_problems(settings))
+        predictions = prepare(matrix, settings)
+        return run_prepared(matrix, settings, predictions, session or RunSession(), say)
+
+
+def executor_problems(settings: RunSettings) -> list[InputProblem]:
+    """The executor and the plugins named, loaded (one that raises or exits while imported is named) and, unless
+    it is a dry run, the executor's optional dependencies installed."""
+    from tunebench.execution.executors import executor_class, make_executor
+
+    try:
+        for name in settings.trackers:
+            TRACKERS.load(name)
+        if settings.launcher:
+            LAUNCHERS.load(settings.launcher)
+        make_executor(settings.executor) if not settings.dry_run else executor_class(settings.executor)
+    except InputError as exc:
+        return list(exc.problems)
+    return []
 
 
 def run_prepared(matrix: Matrix, settings: RunSettings, predictions: dict, session: RunSession,
@@ -138,7 +208,7 @@ def run_prepared(matrix: Matrix, settings: RunSettings, predictions: dict, sessi
         rows, frame = _run_keeping_csvs(experiments, options, settings.dry_run)
     paths = {"folder": output_dir, "raw_summary": output_dir / results_folder.RAW_SUMMARY,
              "benchmarks": output_dir / results_folder.BENCHMARKS}
-    return RunResult(frame, rows, paths)
+    return RunResult(summaries.with_key_columns(frame), rows, paths)
 
 
 @contextlib.contextmanager

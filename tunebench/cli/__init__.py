@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from tunebench.api.matrix import Matrix, MatrixOptions, build
-from tunebench.api.running import RunResult, RunSettings, run
+from tunebench.api.running import RunResult, RunSettings, executor_problems, run
+from tunebench.api.words import in_cli_words, unnamed_broken_plugins
 from tunebench.cli.options import OPTION_RANGES, booleans, build_parser, numbers, split
 from tunebench.cli.plugin_options import read_plugin_settings
 from tunebench.command_line import option_problems
@@ -23,6 +24,7 @@ from tunebench.execution.guard import HarnessStopped, results_lock
 from tunebench.execution.guardian import Guardian
 from tunebench.experiment.arguments import parse_memory_logging
 from tunebench.fileio import write_atomic
+from tunebench.plugins import PluginError
 from tunebench.results import folder as results_folder
 from tunebench.results import summaries as results
 from tunebench.vocabulary import Executor
@@ -74,15 +76,14 @@ def read_command_line(options: argparse.Namespace) -> tuple[Matrix, RunSettings]
     problems: list[InputProblem] = []
     matrix_settings = matrix_options(options, problems)
     settings = run_settings(options, problems)
+    for broken in unnamed_broken_plugins({settings.executor, settings.launcher, *settings.trackers}):
+        logger.warning("%s; its options are absent", broken)
     problems += results_folder.check(options.results_output_path)
     problems += option_problems(options, OPTION_RANGES)
-    if options.executor != Executor.LOCAL and not options.dry_run:
-        from tunebench.execution.executors import make_executor
-
-        try:  # a missing optional dependency is an input error, before anything runs
-            make_executor(options.executor)
-        except InputError as exc:
-            problems += exc.problems
+    named = {p.key for p in problems}  # the run settings' own check, in the options' words, once per option
+    problems += [p for p in in_cli_words(settings.problems(), (RunSettings, "RunSettings")) if p.key not in named]
+    # the plugins named load, and a missing optional dependency is an input error, before anything runs
+    problems += executor_problems(settings)
     return build(matrix_settings, problems), settings
 
 
@@ -102,9 +103,9 @@ def _check_cluster(matrix: Matrix, settings: RunSettings) -> None:
 
 def _write_fit_map(options: argparse.Namespace, matrix: Matrix) -> int:
     """`plan --fit_map`: the largest micro-batch that fits, per model × framework config × PEFT × length."""
-    from tunebench.api.planning import fit_map
+    from tunebench.api.planning import fit_map_frame
 
-    frame = fit_map(matrix, options.plan_device)
+    frame = fit_map_frame(matrix, options.plan_device)
     print(frame.drop(columns=["pred_note"]).to_string(index=False))
     path = Path(options.results_output_path) / results_folder.FIT_MAP
     write_atomic(path, frame.to_csv(index=False))
@@ -114,10 +115,12 @@ def _write_fit_map(options: argparse.Namespace, matrix: Matrix) -> int:
 
 def _write_plan(options: argparse.Namespace, matrix: Matrix) -> int:
     from tunebench.api.planning import plan, predictions
-    from tunebench.planning.plan_matrix import plan_table
+    from tunebench.planning.plan_matrix import plan_table, table_notes
 
     found = predictions(matrix, options.plan_device)
     print(plan_table(matrix.experiments, found).to_string(index=False))
+    for note in table_notes(matrix.experiments, found):
+        print(f"note: {note}")
     path = Path(options.results_output_path) / results_folder.PLAN
     write_atomic(path, plan(matrix, options.plan_device, found).to_csv(index=False))
     print(f"wrote {path}")
@@ -152,11 +155,17 @@ def _run_command(options: argparse.Namespace, matrix: Matrix, settings: RunSetti
 
 
 def _print_dry_run(result: RunResult) -> None:
+    from tunebench.execution.experiment_run import ALREADY_RUN
+
     frame = result.frame
     print(frame[[c for c in results.KEY_COLUMNS + ["effective_batch_size", "per_device_train_batch_size",
                  "gradient_accumulation_steps", "max_seq_len", "packing", "peft_method"] if c in frame.columns]]
           .to_string(index=False))
-    print(f"dry run: wrote command.sh for each experiment under {result.paths['folder']}/, ran nothing")
+    kept = sum(row.get("error_messages") == ALREADY_RUN for row in result.rows)
+    fresh = len(result.rows) - kept
+    written = f"wrote command.sh for {fresh} experiment(s)" if fresh else "wrote no command.sh"
+    left = f"; {kept} already run there, their files left as they are" if kept else ""
+    print(f"dry run: {written} under {result.paths['folder']}/{left}; ran nothing")
 
 
 def _compare_after_run(options: argparse.Namespace) -> int:
@@ -216,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with watchdog:
             return _checked_run(options, planning_only)
+    except PluginError as exc:  # a plugin that failed in use: the run stopped there
+        print(f"tunebench: {exc.problems[0]}; the run stopped (the CSVs hold every experiment on disk)",
+              file=sys.stderr)
+        return 2
     except InputError as exc:
         return _input_error(exc)
     except HarnessStopped as exc:

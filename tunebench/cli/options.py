@@ -12,10 +12,12 @@ import os
 
 from transformers.hf_argparser import string_to_bool
 
-from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT
+from tunebench.api.checks import cli_ranges
+from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT, MatrixOptions
+from tunebench.api.running import RunSettings
 from tunebench.bounds import Range
 from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges
-from tunebench.command_line import MAX_COUNT, SECONDS, Parser
+from tunebench.command_line import COUNT, Parser
 from tunebench.errors import InputProblem
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.launchers import LAUNCHERS
@@ -26,9 +28,11 @@ logger = logging.getLogger(__name__)
 
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range). Every int/float
 # option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
+# The matrix's and the run's ranges are their fields' (tunebench.api.checks): the Python API checks the same
+# (the matrices' values arrive as text: `numbers` below checks each against the same COUNT range).
 CORE_RANGES: dict[str, Range] = {
-    "--timeout": SECONDS, "--cpu_slots": Range(0, 4096), "--repeats": Range(1, 100),
-    "--gpu_hour_usd": Range(0, 1e6), "--project_num_gpus": Range(1, 4096),
+    **{option: allowed for option, allowed in cli_ranges(MatrixOptions).items() if not option.endswith("_matrix")},
+    **cli_ranges(RunSettings), "--gpu_hour_usd": Range(0, 1e6), "--project_num_gpus": Range(1, 4096),
 }
 # The plugins' options carry their own ranges (executors, trackers: tunebench.cli.plugin_options).
 OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
@@ -36,7 +40,7 @@ OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
 MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix": "int list",
                 "--max_seq_len_matrix": "int list", "--packing_matrix": "bool list",
                 "--attn_implementation_matrix": "text list"}
-MATRIX_RANGE = Range(1, MAX_COUNT)  # what `numbers` accepts
+MATRIX_RANGE = COUNT  # what `numbers` accepts
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
                    "CSV), `report` (HTML report), `tune` (the fastest configuration that fits, by a pruned search); e.g. `benchmark.py compare --help`")

@@ -11,33 +11,12 @@ import dataclasses
 import logging
 from typing import Any
 
+from tunebench.api.words import plugin_settings_classes
 from tunebench.bounds import Range
 from tunebench.errors import InputProblem
-from tunebench.execution.executors import EXECUTORS
-from tunebench.plugins import Registry, settings_fields
-from tunebench.telemetry.trackers import TRACKERS
+from tunebench.plugins import settings_fields
 
 logger = logging.getLogger(__name__)
-
-
-def plugin_settings_classes() -> list[tuple[str, type]]:
-    """(group title, Settings class) of every registered executor and tracker that has options. A plugin that
-    fails to import is left out with a warning: another package's bug never stops benchmark.py."""
-    found: list[tuple[str, type]] = []
-    for registry in (EXECUTORS, TRACKERS):
-        for name in registry.names():
-            settings_class = _settings_class(registry, name)
-            if settings_fields(settings_class):
-                found.append((f"{name} {registry.kind}", settings_class))
-    return found
-
-
-def _settings_class(registry: Registry, name: str) -> type | None:
-    try:
-        return getattr(registry.load(name), "Settings", None)
-    except Exception as exc:  # a third-party plugin that does not import: its options are absent
-        logger.warning("%s %r not loaded: %s", registry.kind, name, exc)
-        return None
 
 
 def _destination(field: dataclasses.Field) -> str:

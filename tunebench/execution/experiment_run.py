@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.execution.failures import classify
-from tunebench.execution.launchers import Rendezvous, choose, command_script
+from tunebench.execution.launchers import LAUNCHERS, Rendezvous, choose, chosen, command_script
 from tunebench.execution.processes import RunSession, run_process
 from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
@@ -20,7 +20,7 @@ from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.readback import read_tail
 from tunebench.results import summaries as results
 from tunebench.results.prediction_errors import error_columns
-from tunebench.telemetry.trackers import harness_trackers
+from tunebench.telemetry.trackers import TRACKERS, harness_trackers
 from tunebench.vocabulary import Executor, Status
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,25 @@ def node_folder(experiment_folder: Path, node_rank: int) -> Path:
     return experiment_folder if node_rank == 0 else experiment_folder / "nodes" / str(node_rank)
 
 
+# A dry run's note on an experiment whose folder already holds a run: its files (command.sh too) left as they are.
+ALREADY_RUN = "already run: its files were left as they are"
+
+
+def _launch_watched(experiment: ExperimentSpec, launcher: tuple[str, Any], command, gpu_ids: list[int],
+                    folder: Path, options: RunOptions):
+    """(the process's outcome, [(tracker name, tracker, its handle)]): the experiment launched and waited for,
+    its harness trackers around it; a plugin that fails in any of this is a PluginError naming it."""
+    name, made = launcher
+    with contextlib.ExitStack() as stack:
+        watching = [(tracker_name, tracker, stack.enter_context(TRACKERS.entered(
+            tracker_name, "around an experiment", tracker.around(experiment.device_type, gpu_ids, folder))))
+            for tracker_name, tracker in harness_trackers(options.trackers, options.settings_of)]
+        outcome = run_process(made, command, folder / "stdout.log", folder / "stderr.log",
+                              time_limit(experiment, options), options.session,
+                              LAUNCHERS.blame(name, "to start an experiment"))
+    return outcome, watching
+
+
 def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions) -> dict[str, Any]:
     """Prepare the folder, launch, wait, and return the row; the caller (the runner) writes it, once. With
     `options.node`, this node's part of an experiment that spans machines."""
@@ -137,21 +156,19 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     if options.dry_run and (folder / results.RESULTS_FILE).exists():
         # A finished (or failed) experiment's files describe the run that produced them: a dry run never
         # rewrites them (its command.sh may name another interpreter).
-        return {**row, "status": Status.DRY_RUN, "error_messages": "already run: its files were left as they are"}
+        return {**row, "status": Status.DRY_RUN, "error_messages": ALREADY_RUN}
     folder.mkdir(parents=True, exist_ok=True)
+    launcher_name = chosen(experiment, options, node)
     launcher = choose(experiment, options, node)
-    command = launcher.command(experiment, folder / SPEC_FILE, gpu_ids, options.extra_env)
+    with LAUNCHERS.blame(launcher_name, "to prepare an experiment's command"):
+        command = launcher.command(experiment, folder / SPEC_FILE, gpu_ids, options.extra_env)
     experiment.write(folder, command.argv)
     write_atomic(folder / "command.sh", command_script(command))
     (folder / "command.sh").chmod(0o755)
     if options.dry_run:
         return {**row, "status": Status.DRY_RUN}
     _clear_previous_attempt(folder)
-    with contextlib.ExitStack() as stack:
-        watching = [(tracker, stack.enter_context(tracker.around(experiment.device_type, gpu_ids, folder)))
-                    for tracker in harness_trackers(options.trackers, options.settings_of)]
-        outcome = run_process(launcher, command, folder / "stdout.log", folder / "stderr.log",
-                              time_limit(experiment, options), options.session)
+    outcome, watching = _launch_watched(experiment, (launcher_name, launcher), command, gpu_ids, folder, options)
     produced = results.read_row(folder, required=())  # the entry's row: the identity is the harness's to add
     stopped_by = options.session.stop_reason
     if outcome.returncode == 0 and produced and produced.get("status") == Status.OK and not outcome.timed_out:
@@ -173,8 +190,9 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     if row.get("process_start_unix"):
         # launcher (accelerate/torchrun) start-up before the training entry's own process began
         row["startup_launcher_seconds"] = max(0.0, row["process_start_unix"] - outcome.started_unix)
-    for tracker, handle in watching:
-        row.update(tracker.columns(handle, row, folder))
+    for name, tracker, handle in watching:
+        with TRACKERS.blame(name, "to give its columns"):
+            row.update(tracker.columns(handle, row, folder))
     if row.get("pred_mem_peak") is not None:
         row.update(error_columns(row))
         mismatch = attention_mismatch(row.get("pred_attention"), row.get("scan_attention_backend"))

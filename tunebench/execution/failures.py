@@ -83,4 +83,7 @@ def classify(returncode: int | None, timed_out: bool, stderr_text: str, folder: 
         return Status.ERROR, f"killed by signal {name} (a host OOM kill shows as SIGKILL)\n{trace}"
     if returncode == 0:
         return Status.ERROR, "process exited 0 but wrote no results.json\n" + trace
+    if not trace and not (folder / "stderr.log").exists():  # it failed before its logs were opened
+        return Status.ERROR, (f"exit code {returncode} before the experiment opened its stderr.log: it failed while "
+                              "starting (a fork of the preload server: the harness's own stderr shows why)")
     return Status.ERROR, trace or f"exit code {returncode}"

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.lifetime import HARNESS_PID_ENV
 from tunebench.results.folder import LOCK_FILE, claim
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,18 @@ class HarnessStopped(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def _started_by_holder(text: str) -> bool:
+    """Whether the lock's holder is the harness that started this process (its pid in HARNESS_PID_ENV): a script
+    that ran again inside one of its own experiments, not a second harness."""
+    try:
+        note = json.loads(text)
+    except ValueError:
+        return False
+    harness = os.environ.get(HARNESS_PID_ENV, "")
+    return isinstance(note, dict) and harness.isdigit() and str(note.get("pid")) == harness \
+        and int(harness) != os.getpid()
 
 
 def lock_holder(text: str) -> str:
@@ -59,9 +72,13 @@ def results_lock(folder: Path):
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = lock_holder(handle.read(4096))
-            problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {holder}",
+            note = handle.read(4096)
+            problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {lock_holder(note)}",
                                    "wait for that harness to finish, or choose another --results_output_path")
+            if _started_by_holder(note):
+                problem = InputProblem(str(folder), LOCK_FILE, "this process was started by the harness that holds "
+                                       "the folder: the script that runs tunebench ran again inside it",
+                                       'put the script\'s calls under `if __name__ == "__main__":`')
             raise InputError([problem]) from None
         try:
             handle.seek(0)

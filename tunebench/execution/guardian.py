@@ -81,10 +81,10 @@ def _carries(pid: int, marker: bytes) -> bool:
         return False
 
 
-def sweep(token: str, known: dict[int, bytes], spare: set[int]) -> int:
-    """Freeze and SIGKILL the known processes, their children and every token holder, until none has been seen
-    for _QUIET_SECONDS; returns how many were stopped."""
-    marker = f"{TOKEN_ENV}={token}".encode()
+def sweep(token: str, known: dict[int, bytes], spare: set[int], variable: str = TOKEN_ENV) -> int:
+    """Freeze and SIGKILL the known processes, their children and every token holder (`variable`=`token` in its
+    environment), until none has been seen for _QUIET_SECONDS; returns how many were stopped."""
+    marker = f"{variable}={token}".encode()
     killed: set[int] = set()
     started = last_seen = time.monotonic()
     while time.monotonic() - last_seen < _QUIET_SECONDS and time.monotonic() - started < _LIMIT_SECONDS:
@@ -108,7 +108,8 @@ def sweep(token: str, known: dict[int, bytes], spare: set[int]) -> int:
     return len(killed)
 
 
-def _watch(token: str, harness_pid: int) -> int:
+def _watch(token: str, harness_pid: int, variable: str = TOKEN_ENV, always: bool = False) -> int:
+    """Watch the harness; sweep when it dies (`always`: when it ends in any way, as a test session does)."""
     import ctypes
 
     state = {"sweep": False, "done": False}
@@ -117,7 +118,7 @@ def _watch(token: str, harness_pid: int) -> int:
         state["sweep"] = state["done"] = True
 
     def on_quiet(signum, frame):
-        state["done"] = True
+        state["sweep"], state["done"] = always, True
 
     def on_term(signum, frame):  # a group-wide SIGTERM: the harness stops its own experiments while it lives
         if os.getppid() != harness_pid:
@@ -144,26 +145,30 @@ def _watch(token: str, harness_pid: int) -> int:
         # within one period of the harness's death.
         time.sleep(_LOOK_EVERY[time.monotonic() - began > _STARTING_SECONDS])
     if state["sweep"]:
-        count = sweep(token, known, spare=own)
-        if count:
+        count = sweep(token, known, spare=own, variable=variable)
+        if count and not always:
             print(f"tunebench watchdog: the harness (pid {harness_pid}) died; stopped {count} process(es) of its "
                   "matrix", file=sys.stderr, flush=True)
     return 0
 
 
 class Guardian:
-    """Context manager in the harness: sets the run's token and keeps the watchdog for the run's duration."""
+    """Context manager in the harness: sets the run's token and keeps the watchdog for the run's duration.
+    `variable` names the token's environment variable; `always`: the watchdog sweeps however the harness ends
+    (the test suite's own guardian, tests/conftest.py: a test's helpers never outlive the session)."""
 
-    def __init__(self):
+    def __init__(self, variable: str = TOKEN_ENV, always: bool = False):
         self.token = uuid.uuid4().hex
         self.process: subprocess.Popen | None = None
+        self.variable, self.always = variable, always
 
     def __enter__(self) -> Guardian:
-        os.environ[TOKEN_ENV] = self.token  # inherited by everything the run starts from now on
+        os.environ[self.variable] = self.token  # inherited by everything the run starts from now on
         if sys.platform.startswith("linux") and os.path.isdir("/proc"):
             try:
                 self.process = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), self.token,
-                                                 str(os.getpid())], stdin=subprocess.DEVNULL, close_fds=True)
+                                                 str(os.getpid()), self.variable, str(int(self.always))],
+                                                stdin=subprocess.DEVNULL, close_fds=True)
             except OSError as exc:  # the parent-death chains still hold; only the Ray instance may linger
                 logger.warning("no matrix watchdog (%s): a SIGKILLed harness may leave Ray workers for seconds", exc)
         return self
@@ -173,13 +178,13 @@ class Guardian:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(_QUIET_SIGNAL)
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=_LIMIT_SECONDS + 5)  # `always`: its sweep runs first
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if os.environ.get(TOKEN_ENV) == self.token:
-            del os.environ[TOKEN_ENV]
+        if os.environ.get(self.variable) == self.token:
+            del os.environ[self.variable]
 
 
 if __name__ == "__main__":
-    sys.exit(_watch(sys.argv[1], int(sys.argv[2])))
+    sys.exit(_watch(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4], *(bool(int(a)) for a in sys.argv[4:5])))

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 # The guard comes first: the server must die with the harness even while it is still importing the rest.
 PRELOAD_MODULES = ["tunebench.execution.forkserver_guard", "tunebench.experiment.preloaded"]
 NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start a new interpreter after all
+# The name of every process forked from the server: the server skips re-running the user's `__main__` for these
+# (tunebench.execution.forkserver_guard says why).
+PRELOADED_PROCESS_NAME = "tunebench-preloaded"
 
 
 class PreloadServer:
@@ -52,7 +55,7 @@ class PreloadServer:
         """Start the server (it imports the modules) once; how long that took, in seconds."""
         if self.warm_seconds is None:
             started = time.monotonic()
-            process = self._server().Process(target=_noop, daemon=False)
+            process = self._server().Process(target=_noop, daemon=False, name=f"{PRELOADED_PROCESS_NAME}-warm")
             process.start()
             process.join()
             self.warm_seconds = time.monotonic() - started
@@ -66,7 +69,7 @@ class PreloadServer:
         forkserver.ensure_running()
         server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the fork's parent-to-be
         process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
-                                  daemon=False)
+                                  daemon=False, name=f"{PRELOADED_PROCESS_NAME}-experiment")
         process.start()
         return process
 

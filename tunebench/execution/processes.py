@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -70,11 +71,13 @@ def _group_alive(pgid: int) -> bool:
 
 
 def run_process(launcher, command, stdout_path: Path, stderr_path: Path, timeout_seconds: float | None,
-                session: RunSession | None = None) -> ProcessOutcome:
+                session: RunSession | None = None, starting=None) -> ProcessOutcome:
     """Start `command` with `launcher` and wait for it, or for the timeout; on timeout or Ctrl-C the whole
-    process group is killed. `session` (the run's) knows it while it runs, so that stopping the run ends it."""
+    process group is killed. `session` (the run's) knows it while it runs, so that stopping the run ends it.
+    `starting`: a context around the launcher's start (its registry's blame: a plugin that fails there is named)."""
     start, started_unix = time.monotonic(), time.time()
-    proc = launcher.start(command, stdout_path, stderr_path)
+    with starting or contextlib.nullcontext():
+        proc = launcher.start(command, stdout_path, stderr_path)
     return _wait(proc, start, started_unix, timeout_seconds, session or RunSession())
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tunebench.execution.executors import make_executor
+from tunebench.execution.executors import EXECUTORS, make_executor
 from tunebench.execution.experiment_run import (
     RunOptions,
     base_row,
@@ -56,7 +56,8 @@ def run_matrix(experiments: list[ExperimentSpec], options: RunOptions) -> list[d
         results.write_summaries(options.output_dir, order, incomplete=False)
 
     try:
-        executor.run(planned, options, finished, progress)
+        with EXECUTORS.blame(options.executor, "to run the matrix"):
+            executor.run(planned, options, finished, progress)
     finally:
         progress.close()
     return [rows[i] for i in sorted(rows)]
@@ -83,7 +84,8 @@ def _decided(index: int, experiment: ExperimentSpec, options: RunOptions, rows: 
                          cpu_slots(options) if here else None) or predicted_oom(experiment, options)
     if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
         row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
-        rows[index] = {**row, "error_messages": f"would be skipped here: {reason}" if reason else ""}
+        note = row.get("error_messages") or (f"would be skipped here: {reason}" if reason else "")
+        rows[index] = {**row, "error_messages": note}
         return True
     if reason:
         logger.warning("skipping %s: %s", experiment.folder_name, reason)

@@ -54,12 +54,34 @@ def problems(entry: dict[str, dict], device_type: str) -> list[Problem]:
     if mode is not None and mode not in COMPILE_MODES:
         found.append(Problem("torch_compile_mode", f"unknown torch.compile mode {mode!r}",
                              "use one of " + ", ".join(COMPILE_MODES)))
-    attention = model.get("attn_implementation")
-    needs = ATTENTION_NEEDS.get(attention or "")
+    attention = attention_problem(model.get("attn_implementation"))
+    return found + ([attention] if attention else [])
+
+
+def attention_implementations() -> list[str]:
+    """The attention implementations this transformers accepts by name (its AttentionInterface, and eager)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ["eager", *sorted(ALL_ATTENTION_FUNCTIONS.valid_keys())]
+
+
+def attention_problem(attention: str | None) -> Problem | None:
+    """Why this transformers cannot run `attention` (None: it can, as far as a check before loading tells): a name
+    it does not know (it would fail as the model loads, in every experiment), a flash-attn kernel whose package is
+    absent, or a hub kernel (`org/name`) without the `kernels` package."""
+    if attention is None:
+        return None
+    from transformers.integrations.hub_kernels import is_kernel
+
+    known = attention_implementations()
+    if attention not in known and not is_kernel(attention):
+        return Problem("attn_implementation", f"unknown attention implementation {str(attention)[:60]!r}",
+                       f"one of: {', '.join(known)} (or a hub kernel `org/name` with the kernels package)")
+    needs = ATTENTION_NEEDS.get(attention) or ("kernels" if is_kernel(attention) else None)
     if needs and importlib.util.find_spec(needs) is None:
-        found.append(Problem("attn_implementation", f"{attention} needs the {needs} package, which is not "
-                             "installed", "install flash-attn, or use sdpa, eager or flex_attention"))
-    return found
+        return Problem("attn_implementation", f"{attention} needs the {needs} package, which is not installed",
+                       "install it, or use sdpa, eager or flex_attention")
+    return None
 
 
 def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:

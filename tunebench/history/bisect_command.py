@@ -199,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         if problems := _problems(args, benchmark_args):
             raise InputError(problems)
         candidates = _candidates(args)
-        from tunebench.history.command import _open
+        from tunebench.history.store import open_store
 
-        con = _open(Path(args.store), read_only=False)
+        con = open_store(Path(args.store), read_only=False)
         workdir.mkdir(parents=True)
         print(f"bisect: {len(candidates)} candidates, good {candidates[0][:12]}, bad {candidates[-1][:12]}; runs in "
               f"{workdir}", flush=True)

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 KEYS = tuple(k for k in rules.DEFAULT_KEYS if k != "gpu_name")
 DEFAULT_METRIC = "steady_step_time_median"
+# The newest run is judged against at least two before it (one run alone cannot be told from an outlier); a change
+# between two older regimes needs changepoints.MIN_RUNS runs on each side.
+MIN_RUNS_TO_JUDGE = 3
 # The store's own columns beside each row: where and when a run was stored, never a cause.
 STORE_COLUMNS = frozenset({"run_id", "run_label", "run_number", "run_started", "source", "started_unix"})
 
@@ -114,7 +117,7 @@ def check_series(label: str, rows: pd.DataFrame, metric: str, samples: dict, rul
     values = [float(g[metric].astype(float).median()) for g in per_run]
     runs = [int(g["run_number"].iloc[0]) for g in per_run]
     finding = Finding(label, runs, values, changepoints.regimes(len(values), changepoints.change_points(values)))
-    if len(values) < 3:
+    if len(values) < MIN_RUNS_TO_JUDGE:
         finding.verdict = "too_few_runs"
         return finding
     _split_newest(finding, per_run, metric, samples, rule)
@@ -154,6 +157,10 @@ def describe(finding: Finding) -> list[str]:
     """The finding in words: the verdict, the move with its interval, the runs on each side, what changed."""
     regimes = " | ".join(_span(finding.runs, r) for r in finding.regimes)
     head = f"{finding.verdict.upper().replace('_', ' ')}  {finding.label}: regimes {regimes}"
+    if finding.verdict == "too_few_runs":
+        return [f"{head}: {len(finding.runs)} run(s); a verdict needs {MIN_RUNS_TO_JUDGE} (the newest run against "
+                f"at least {MIN_RUNS_TO_JUDGE - 1} before it), a change between older runs "
+                f"{2 * changepoints.MIN_RUNS}"]
     lines = [head]
     if len(finding.regimes) >= 2:
         before, after = finding.regimes[-2:]

@@ -66,31 +66,15 @@ def _problems(args, path: Path) -> list[InputProblem]:
         if len(label) > MAX_LABEL or any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
             problems.append(InputProblem("command line", "--label", f"at most {MAX_LABEL} printable characters",
                                          "e.g. --label v1.2.0 or --label $(git rev-parse --short HEAD)"))
-    elif not path.is_file():
+    if path.is_symlink() and not path.exists():  # a store is never written through a link to nowhere
+        problems.append(InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
+                                     "give the store itself, or a new path"))
+    elif path.exists() and not path.is_file():
+        problems.append(InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file"))
+    elif args.command != "add" and not path.exists():
         problems.append(InputProblem("command line", "--store", f"{path} does not exist",
                                      "give the file `history add` wrote (default <results parent>/history.duckdb)"))
-    if path.exists() and not path.is_file():
-        problems.append(InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file"))
     return problems
-
-
-def _open(path: Path, read_only: bool):
-    duckdb = __import__("tunebench.history.optional", fromlist=["require"]).require("duckdb", "the history store")
-    try:
-        con = store.connect(path, read_only=read_only)
-        try:
-            if not read_only:
-                store.ensure_schema(con)
-        except BaseException:
-            con.close()
-            raise
-        return con
-    except TimeoutError as exc:
-        raise InputError([InputProblem(str(path), "--store", str(exc), "try again when the other writer is done")]) \
-            from None
-    except (duckdb.Error, ValueError) as exc:
-        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({exc})".splitlines()[0],
-                                       "give a store written by `benchmark.py history add`, or a new path")]) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,9 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(problems)
         from tunebench.history import actions
 
-        con = _open(path, read_only=args.command != "add")
+        con = store.open_store(path, read_only=args.command != "add")
         try:
-            return getattr(actions, args.command)(args, path, con)
+            with store.failures_named(path):  # a store damaged past its header fails while it is read
+                return getattr(actions, args.command)(args, path, con)
+        except InputError:
+            con.abandon()  # refused: nothing this command created is left (the lock, a new store)
+            raise
         finally:
             con.close()  # a second close is harmless: the actions close as soon as they are done
     except InputError as exc:

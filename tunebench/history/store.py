@@ -17,15 +17,18 @@ leaves the store as it was (DuckDB's write-ahead log replays only committed tran
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from scanner.atomic import atomic_via_tmp
+from tunebench.errors import InputError, InputProblem
 from tunebench.history.optional import require
 from tunebench.results import columns as registry
 from tunebench.results.compare_rules import canonical
@@ -54,6 +57,7 @@ class Connection:
 
     def __init__(self, connection, descriptor: int | None):
         self._connection, self._descriptor = connection, descriptor
+        self.created: list[Path] = []  # files this writer made (the store, its lock, its log): see abandon
 
     def __getattr__(self, name: str):
         return getattr(self._connection, name)
@@ -65,13 +69,18 @@ class Connection:
             os.close(self._descriptor)  # releases the flock
             self._descriptor = None
 
+    def abandon(self) -> None:
+        """Close, and remove what this writer created: a refused command leaves no store and no lock it made."""
+        self.close()
+        _remove(self.created)
+
 
 def _writer_lock(path: Path, deadline: float) -> int:
     """An exclusive flock on `<store>.lock`: writers take turns, and none opens a store another is still creating
     (DuckDB refuses a half-written file rather than waiting for it). Returns the descriptor that holds it."""
     import fcntl
 
-    descriptor = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
     while True:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -99,9 +108,93 @@ def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S) -> Conn
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        except BaseException:
+            if descriptor is not None:
+                os.close(descriptor)
+            raise
 
 
-def ensure_schema(con) -> None:
+def lock_path(path: Path) -> Path:
+    return Path(str(path) + ".lock")
+
+
+def _is_duckdb_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+@contextlib.contextmanager
+def failures_named(path: Path) -> Iterator[None]:
+    """Within it, whatever DuckDB or the filesystem refuses about the store (a truncated or damaged file, a
+    directory, a read-only filesystem, no permission, another writer too long) is one InputError naming it."""
+    try:
+        yield
+    except InputError:
+        raise
+    except TimeoutError as exc:
+        raise InputError([InputProblem(str(path), "--store", str(exc), "try again when the other writer is done")]) \
+            from None
+    except OSError as exc:
+        where = exc.filename or path
+        raise InputError([InputProblem(str(path), "--store", f"cannot open {where}: {exc.strerror or exc}",
+                                       "give a --store in a folder you may write (history add writes the store "
+                                       "and <store>.lock beside it)")]) from None
+    except ValueError as exc:  # ensure_schema: another version's store, or another program's DuckDB file
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({_first_line(exc)})",
+                                       "give a store written by `benchmark.py history add`, or a new path")]) from None
+    except Exception as exc:
+        if not _is_duckdb_error(exc):
+            raise
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store, or a damaged one: {_first_line(exc)}",
+                                       "give a store written by `benchmark.py history add` (a truncated or damaged "
+                                       "one cannot be repaired: restore a copy), or a new path")]) from None
+
+
+def open_store(path: Path, read_only: bool) -> Connection:
+    """The store, checked (a reader: its schema is this tunebench's; a writer: the schema made or checked); every
+    refusal one InputError naming it. A refused writer leaves nothing it created (the store, its lock)."""
+    created = [] if read_only else [p for p in (path, lock_path(path), Path(f"{path}.wal")) if not p.exists()]
+    try:
+        with failures_named(path):
+            con = connect(path, read_only=read_only)
+            con.created = created
+            try:
+                check_schema(con) if read_only else ensure_schema(con, fresh=path in created)
+            except BaseException:
+                con.close()
+                raise
+            return con
+    except BaseException:
+        _remove(created)
+        raise
+
+
+def _remove(paths: list[Path]) -> None:
+    for made in paths:
+        with contextlib.suppress(OSError):
+            made.unlink()
+
+
+def check_schema(con) -> None:
+    """A reader's check: the store's tables and schema version are this tunebench's (ValueError otherwise)."""
+    tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not {"meta", "runs", "experiments", "steps"} <= tables:
+        raise ValueError("no runs, experiments and steps tables")
+    found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if found is None or found[0] != SCHEMA_VERSION:
+        raise ValueError(f"schema version {found[0] if found else 'none'}, this tunebench reads {SCHEMA_VERSION}")
+
+
+def ensure_schema(con, fresh: bool = True) -> None:
+    """The store's tables, made where missing; a file that existed and holds tables of another program
+    (`fresh` False, no `meta` table) is refused (ValueError), never written into."""
+    tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not fresh and tables and "meta" not in tables:
+        raise ValueError(f"a DuckDB file with other tables ({', '.join(sorted(tables)[:3])})")
     run_columns = ", ".join(f"{c} {'DOUBLE' if c in _NUMERIC_RUN else 'VARCHAR'}" for c in RUN_COLUMNS[1:])
     steps = ", ".join(f"{c} {t}" for c, t in STEP_COLUMNS.items())
     con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
@@ -157,7 +250,8 @@ def stored_executions(con) -> set[tuple[str, int, float]]:
 
 
 def insert_run(con, run: dict[str, Any], executions: list[dict[str, Any]]) -> None:
-    """One run: its runs row, its executions' rows and steps (callers hold the transaction)."""
+    """One run: its runs row, its executions' rows and steps (callers hold the transaction). Rows and steps go in
+    as one frame each (DuckDB's bulk insert: 100,000 steps in well under a second, not a statement per row)."""
     con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
                 [_cell(run.get(c), "DOUBLE" if c in _NUMERIC_RUN else "VARCHAR") for c in RUN_COLUMNS])
     names = sorted({n for e in executions for n in e["row"] if _SAFE_NAME.match(n)} - {"run_id", *EXECUTION_KEY})
@@ -165,18 +259,63 @@ def insert_run(con, run: dict[str, Any], executions: list[dict[str, Any]]) -> No
     if skipped:
         logger.warning("columns with names the store does not keep: %s", ", ".join(map(repr, skipped[:5])))
     types = _widen(con, names)
-    columns = ["run_id", *EXECUTION_KEY, *names]
-    insert = f"INSERT INTO experiments ({', '.join(map(quoted, columns))}) VALUES ({', '.join('?' * len(columns))})"
-    for execution in executions:
-        key = [run["run_id"], execution["experiment_id"], execution["repeat"], execution["started_unix"]]
-        con.execute(insert, key + [_cell(execution["row"].get(n), types[n]) for n in names])
-        steps = [key + _step_cells(step) for step in execution["steps"]]
-        if steps:
-            con.executemany(f"INSERT INTO steps VALUES ({', '.join('?' * (4 + len(STEP_COLUMNS)))})", steps)
+    keys = [[run["run_id"], e["experiment_id"], e["repeat"], e["started_unix"]] for e in executions]
+    rows = {"run_id": [k[0] for k in keys], "experiment_id": [k[1] for k in keys], "repeat": [k[2] for k in keys],
+            "started_unix": [k[3] for k in keys],
+            **{n: [_cell(e["row"].get(n), types[n]) for e in executions] for n in names}}
+    _insert_frame(con, "experiments", rows, {**{n: types[n] for n in names}, "repeat": "INTEGER",
+                                             "started_unix": "DOUBLE"})
+    frames = [_steps_frame(key, execution["steps"]) for key, execution in zip(keys, executions, strict=True)
+              if execution["steps"]]
+    if frames:
+        import pandas as pd
+
+        con.register("tunebench_new_steps", pd.concat(frames, ignore_index=True))
+        try:
+            con.execute("INSERT INTO steps BY NAME SELECT * FROM tunebench_new_steps")
+        finally:
+            con.unregister("tunebench_new_steps")
 
 
-def _step_cells(step: dict[str, Any]) -> list:
-    return [bool(step.get(c)) if t == "BOOLEAN" else _cell(step.get(c), "DOUBLE") for c, t in STEP_COLUMNS.items()]
+def _steps_frame(key: list, steps: list[dict[str, Any]]):
+    """One execution's steps as the steps table's columns, as steps.json holds them read back: a count that is no
+    whole number within INTEGER's range, a time that is no finite number, is NULL; `steady` is the value's truth."""
+    import numpy as np
+    import pandas as pd
+
+    raw = pd.DataFrame.from_records(steps, columns=list(STEP_COLUMNS))
+    frame = pd.DataFrame({"run_id": key[0], "experiment_id": key[1], "repeat": key[2], "started_unix": key[3]},
+                         index=raw.index)
+    for column, kind in STEP_COLUMNS.items():
+        values = raw[column]
+        clean = values.dtype != object  # what tunebench writes: one type per column, parsed in bulk
+        if kind == "BOOLEAN":
+            frame[column] = values.astype(bool) if values.dtype == bool else values.map(
+                lambda v: bool(v) if isinstance(v, (bool, int, float, str)) and v == v else False).astype(bool)
+            continue
+        numbers = pd.to_numeric(values if clean else values.map(lambda v: None if isinstance(v, (dict, list)) else v),
+                                errors="coerce").astype(float)
+        numbers = numbers.where(np.isfinite(numbers))
+        if kind in ("INTEGER", "BIGINT"):
+            numbers = numbers.round().where(numbers.abs() < 2**31).astype("Int64")
+        frame[column] = numbers
+    return frame
+
+
+_PANDAS_TYPES = {"INTEGER": "Int64", "BIGINT": "Int64", "DOUBLE": "Float64", "BOOLEAN": "boolean"}
+
+
+def _insert_frame(con, table: str, columns: dict[str, list], types: dict[str, str]) -> None:
+    """`columns` (name → values) into `table` in one statement, each column typed as the table's (nullable)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({name: pd.array(values, dtype=_PANDAS_TYPES.get(types.get(name, "VARCHAR"), object))
+                          for name, values in columns.items()})
+    con.register("tunebench_new_rows", frame)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM tunebench_new_rows")
+    finally:
+        con.unregister("tunebench_new_rows")
 
 
 def frame(con, query: str, parameters: list | None = None):

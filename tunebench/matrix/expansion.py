@@ -13,6 +13,7 @@ from tunebench.errors import InputProblem
 from tunebench.experiment.arguments import ModelArguments
 from tunebench.experiment.spec import BASELINE, ExperimentSpec, FrameworkConfig
 from tunebench.matrix.inputs import Scenario
+from tunebench.user_files import shown
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def _batch_problem(args: dict[str, Any], scenario: str, source: str) -> InputPro
             args[key] = value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return InputProblem(source, f"scenario {scenario!r}: arguments.{key}",
-                                f"expected a whole number >= 1, got {value!r}", f"e.g. `{key}: 4`")
+                                f"expected a whole number >= 1, got {shown(value)}", f"e.g. `{key}: 4`")
     return None
 
 
@@ -96,7 +97,7 @@ def expand(
         models = models if isinstance(models, list) else [models]
         if not models or any(not isinstance(m, str) for m in models):
             problems.append(InputProblem(scenarios_source, f"{scenario.name}.arguments.model_name_or_path",
-                                         f"expected a model name or a list of them, got {models!r}",
+                                         f"expected a model name or a list of them, got {shown(models)}",
                                          "e.g. `model_name_or_path: [preset:llama-tiny]`"))
             continue
         for fc_name in scenario.framework_configs:

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunebench.command_line import SECONDS
 from tunebench.errors import InputProblem
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
+from tunebench.user_files import read_yaml, shown
 
 logger = logging.getLogger(__name__)
 
@@ -34,60 +33,10 @@ class ScenarioFile:
     data_processing: dict[str, Any]
 
 
-# A YAML file small on disk can stand for a huge document through aliases (`&a [*b, *b, ...]`): its values are
-# copied into every experiment and hashed, so the expanded size is bounded.
-MAX_YAML_VALUES = 200_000
-
-
-def _expanded_size(value: Any, memo: dict[int, int]) -> int:
-    """How many values `value` stands for once every alias is expanded (shared nodes counted per use)."""
-    if not isinstance(value, (dict, list)):
-        return 1
-    if id(value) in memo:
-        return memo[id(value)]
-    memo[id(value)] = MAX_YAML_VALUES + 1  # a node that contains itself expands without end
-    items = list(value.items()) if isinstance(value, dict) else [(None, v) for v in value]
-    total = 1
-    for key, item in items:
-        total += _expanded_size(key, memo) + _expanded_size(item, memo) if key is not None else _expanded_size(item, memo)
-        if total > MAX_YAML_VALUES:
-            break
-    memo[id(value)] = total
-    return total
-
-
 def load_yaml(path: str | Path, problems: list[InputProblem]) -> Any:
-    """Parse a YAML file; a missing, unreadable or malformed file becomes a problem (with line), not a traceback."""
-    path = Path(path)
-    if not path.is_file():
-        problems.append(InputProblem(str(path), "-", "file not found", "pass an existing file path"))
-        return None
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f"line {where.line + 1}, column {where.column + 1}" if where else "-"
-        problems.append(InputProblem(str(path), line, f"malformed YAML: {getattr(exc, 'problem', exc)}",
-                                     "fix the YAML syntax at that position"))
-        return None
-    except UnicodeDecodeError as exc:
-        problems.append(InputProblem(str(path), f"byte {exc.start}", "not UTF-8 text", "save the file as UTF-8"))
-        return None
-    except RecursionError:
-        problems.append(InputProblem(str(path), "-", "nested too deeply to read", "flatten the YAML"))
-        return None
-    except OSError as exc:
-        problems.append(InputProblem(str(path), "-", f"cannot read: {exc.strerror}", "check the file's permissions"))
-        return None
-    try:
-        too_large = _expanded_size(data, {}) > MAX_YAML_VALUES
-    except RecursionError:
-        too_large = True
-    if too_large:
-        problems.append(InputProblem(str(path), "-", f"expands to more than {MAX_YAML_VALUES:,} values (aliases?)",
-                                     "write the arguments out without deeply nested aliases"))
-        return None
-    return data
+    """Parse a YAML input; a missing, oversized, unreadable, malformed or alias-bomb file becomes a problem (with
+    its line), not a traceback (tunebench.user_files: the bounds, checked before the document is walked)."""
+    return read_yaml(path, problems, what="tunebench input file")
 
 
 def _expect_mapping(value: Any, source: str, key: str, problems: list[InputProblem]) -> dict:
@@ -164,14 +113,14 @@ def _scenario(entry: dict, index: int, source: str, problems: list[InputProblem]
     slow, exclusive = entry.get("slow", False), entry.get("exclusive", False)
     for flag, value in (("slow", slow), ("exclusive", exclusive)):
         if not isinstance(value, bool):
-            problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {value!r}",
+            problems.append(InputProblem(source, f"{key}.{flag}", f"expected true/false, got {shown(value)}",
                                          "use true or false"))
     timeout = entry.get("timeout")
     # bool is an int: `timeout: true` must not become a 1-second limit.
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or SECONDS.problem(timeout)):
         problems.append(InputProblem(source, f"{key}.timeout", f"expected seconds {SECONDS.describe()}, got "
-                                     f"{timeout!r}", "e.g. `timeout: 600`, or leave it out to use --timeout"))
+                                     f"{shown(timeout)}", "e.g. `timeout: 600`, or leave it out to use --timeout"))
         timeout = None
     arguments = _expect_mapping(entry.get("arguments"), source, f"{key}.arguments", problems)
     return Scenario(name, list(fcs), dict(arguments), slow is True, exclusive is True,
@@ -211,7 +160,7 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
                                          "allowed: description, arguments, min_gpus, accelerate_args"))
         min_gpus = body.get("min_gpus", 1)
         if not isinstance(min_gpus, int) or min_gpus < 1:
-            problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got {min_gpus!r}",
+            problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got {shown(min_gpus)}",
                                          "e.g. `min_gpus: 2`"))
             min_gpus = 1
         configs[name] = FrameworkConfig(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tunebench.errors import InputProblem
@@ -38,8 +38,11 @@ class Sources:
     scenarios_path: str
     data_processing: dict[str, Any]
     framework_configs_path: str
+    matrix_options: dict[str, str] = field(default_factory=dict)  # key -> the CLI matrix that set it (it wins)
 
     def origin(self, experiment: ExperimentSpec, key: str) -> tuple[str, str]:
+        if key in self.matrix_options:
+            return "command line", self.matrix_options[key]
         if key in experiment.framework_config.arguments:
             return self.framework_configs_path, f"framework_configs.{experiment.framework_config.name}.arguments.{key}"
         if key in self.scenario_arguments.get(experiment.scenario, {}):

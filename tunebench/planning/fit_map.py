@@ -18,7 +18,7 @@ import pandas as pd
 
 from tunebench.planning.allocator_slack import verdict_columns
 from tunebench.planning.plan_matrix import with_outlier_columns
-from tunebench.planning.predict import predict, shape_and_sharding, usable_bytes
+from tunebench.planning.predict import memory_text, predict, shape_and_sharding, usable_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,11 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             rows.append(_row(key, device_name, capacity, None, None, None, f"no prediction ({str(exc)[:160]})"))
             continue
         at, beyond = (verdict(best) if best else None), verdict(best + 1)
+        if not best:  # the README's "not even 1": what micro-batch 1 needs, against what the device offers
+            usable = usable_bytes(beyond)
+            counted = "; ".join(note for note in (counted, (
+                f"not even micro-batch 1 fits: it needs {memory_text(beyond['pred_mem_reserved'])} reserved, "
+                f"{memory_text(max(usable or 0, 0))} of the {memory_text(capacity)} device are usable")) if note)
         rows.append(_row(key, device_name, capacity, best, at, beyond, counted))
         logger.info("fit map: %s %s seq %s: micro-batch %d fits (%d predictions)", key[0], key[1], key[3], best,
                     len(memo))

@@ -9,7 +9,7 @@ import pandas as pd
 
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.allocator_slack import verdict_columns
-from tunebench.planning.predict import predict, shape_and_sharding
+from tunebench.planning.predict import memory_text, predict, shape_and_sharding
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             row = {"pred_mem_peak": None, "pred_fits": None,
                    "pred_note": f"no prediction: the fake step failed ({str(exc).splitlines()[0][:160]})"}
         logger.info("plan: %s peak %s", experiment.folder_name,
-                    f"{row['pred_mem_peak'] / GIB:.2f} GiB" if row.get("pred_mem_peak") else "unknown")
+                    memory_text(row["pred_mem_peak"]) if row.get("pred_mem_peak") else "unknown")
         out[experiment.experiment_id] = row
     return out
 
@@ -138,4 +138,17 @@ def plan_table(experiments: list[ExperimentSpec], predictions: dict[str, dict[st
 
 
 def _gib(row: dict[str, Any], key: str) -> float | None:
-    return None if row.get(key) is None else round(row[key] / GIB, 2)
+    """GiB to 3 significant digits (a tiny model's categories are not all 0.0)."""
+    return None if row.get(key) is None else float(f"{row[key] / GIB:.3g}")
+
+
+def table_notes(experiments: list[ExperimentSpec], predictions: dict[str, dict[str, Any]]) -> list[str]:
+    """Lines printed under the plan table where a figure reads wrong without a word: gradients of 0 GiB (a full
+    fine-tuning row has as many gradients as parameters, just not at the peak)."""
+    zero = [e.folder_name for e in experiments if predictions.get(e.experiment_id, {}).get("pred_mem_grads") == 0]
+    if not zero:
+        return []
+    return [f"grads 0 GiB ({len(zero)} row(s), e.g. {zero[0]}): every column is its size at the "
+            "step's peak, which comes before backward makes this step's first gradient (the last "
+            "step's were freed by zero_grad(set_to_none=True)); they reach the trainable parameters' size later in "
+            "backward, below the peak (with gradient accumulation > 1 they are there at the peak)"]

@@ -37,6 +37,13 @@ DEVICE_MIB = (("H200", 143771), ("H100 80GB", 81559), ("H100 NVL", 95830), ("H10
 CATEGORIES = ("params", "buffers", "grads", "optimizer", "activations", "temporaries")
 
 
+def memory_text(size: float) -> str:
+    """Bytes as a person reads them: GiB from 1 GiB, MiB below (a tiny model's 1.6 MB is not "0.00 GiB")."""
+    if abs(size) >= GIB:
+        return f"{size / GIB:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if abs(size) >= 2**20 else f"{size / 2**10:.1f} KiB"
+
+
 def device_capacity(spec: str | None, detected_mib: float | None) -> int | None:
     """Bytes of one GPU: a size ('80GiB', '24GB', '81559MiB'), a GPU name, else the GPU present."""
     if spec:
@@ -138,7 +145,7 @@ def fit_columns(peak: int, capacity: int | None, slack: int = 0) -> dict[str, An
     """`pred_mem_reserved` (the peak plus the allocator's `slack`), and whether it stays within the capacity less
     CONTEXT_RESERVE (a tenth of it for small budgets)."""
     reserved = peak + slack
-    if not capacity:
+    if capacity is None:  # no device to judge against (0 bytes is a device where nothing fits)
         return {"pred_mem_reserved": reserved, "pred_capacity_bytes": None, "pred_fits": None,
                 "pred_fit_margin_bytes": None}
     usable = capacity - min(CONTEXT_RESERVE, capacity // 10)

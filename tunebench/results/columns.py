@@ -137,6 +137,9 @@ REGISTRY: tuple[Column, ...] = (
        "`folder: N band run(s)`, `table: <evidence>` (tunebench/results/loss_band.csv) or `none: <why>`"),
     _k("loss_parity_ok", METRIC, "-", S_ACCEL,
        "loss_parity_max_rel_diff ≤ loss_parity_tolerance; false is a measurement_warning"),
+    _k("loss_parity_note", METRIC, "-", S_ACCEL,
+       "why an ok row's loss parity columns are empty: it logged no per-step loss, its baseline is not in the "
+       "folder, or the baseline failed"),
     *(Column(n, kind, unit, meaning, extra.S_LEARN, direction or Direction.IGNORE, family)
       for n, kind, unit, direction, family, meaning in extra.LEARNING_COLUMNS),
     # ---------------------------------------------------------------- whole run
@@ -340,11 +343,8 @@ def plugin_columns() -> dict[str, Column]:
     for name in TRACKERS.names():
         if name in TRACKERS.builtins:
             continue
-        try:
-            declared = getattr(TRACKERS.load(name), "COLUMNS", ())
-        except Exception as exc:  # another package's bug: its columns stay undeclared, with a word why
-            logger.warning("tracker plugin %r not loaded: %s", name, exc)
-            continue
+        # another package's bug: its columns stay undeclared (the command line names the broken plugin)
+        declared = getattr(TRACKERS.try_load(name), "COLUMNS", ())
         found.update({c.name: c for c in declared if isinstance(c, Column) and c.name not in _EXACT})
     return found
 

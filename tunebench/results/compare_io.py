@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tunebench.results import columns
+from tunebench.user_files import MAX_CSV_BYTES, shown
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
     if not p.is_file():
         raise CompareInputError(f"{role} {p}: file not found; check the path (--{role} expects a CSV or a "
                                 "results directory)")
+    size = p.stat().st_size
+    if size > MAX_CSV_BYTES:  # checked before pandas builds a frame of it
+        raise CompareInputError(f"{role} {p}: {size:,} bytes, more than the {MAX_CSV_BYTES:,} a results CSV holds; "
+                                "give the raw_summary.csv or reference tunebench wrote")
     try:
         # Read back through the column registry's types: experiment_id is a hex hash, one that happens to be all
         # digits must not become a number (and lose its leading zeros), or its step samples would not be found.
@@ -45,7 +50,7 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
         raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise CompareInputError(
-            f"{role} {p}: malformed CSV ({exc}); regenerate it with the benchmark"
+            f"{role} {p}: malformed CSV ({str(exc)[:200]}); regenerate it with the benchmark"
         ) from None
     if not isinstance(df.index, pd.RangeIndex):
         # pandas silently turns surplus leading fields into an index when every row is too long.
@@ -71,7 +76,7 @@ def numeric_metrics(df: pd.DataFrame, columns: list[str], role: str) -> pd.DataF
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise CompareInputError(
                 f"{role} {df.attrs.get('path', '?')}: column {col!r} row {row + 2} holds non-numeric "
-                f"{df[col].iloc[row]!r}; metric cells must be numbers or empty"
+                f"{shown(df[col].iloc[row])}; metric cells must be numbers or empty"
             )
         df[col] = values.astype(float)
     return df

@@ -176,10 +176,9 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
             continue
         repeat = int(row["repeat"]) if _finite(row.get("repeat")) else 1
         run = by_key.get((row["experiment_id"], repeat))
-        if run is None:
-            continue
-        baseline = baseline_of(run, runs)
-        if baseline is None:
+        baseline = baseline_of(run, runs) if run is not None else None
+        if baseline is None:  # the parity columns stay empty: the row says why
+            _set(frame, index, "loss_parity_note", missing_baseline_note(row, run, frame))
             continue
         gpu = row.get("gpu_name")  # the band data is kept per device: the GPU's name, else `cpu`
         device = gpu if isinstance(gpu, str) and gpu else run.device_type
@@ -188,12 +187,35 @@ def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
             bands[band_key] = band_of(baseline, runs, device)
         parity = compare(run, baseline, *bands[band_key])
         for key, value in parity.items():
-            if key not in frame.columns:
-                frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-            frame.at[index, key] = value
+            _set(frame, index, key, value)
         text = warning(parity)
         if text:
             current = row.get("measurement_warning")
             current = current if isinstance(current, str) and current else ""
             frame.at[index, "measurement_warning"] = "; ".join(w for w in (current, text) if w)
     return frame
+
+
+def _set(frame: pd.DataFrame, index, key: str, value: Any) -> None:
+    if key not in frame.columns:
+        frame[key] = pd.Series([None] * len(frame), index=frame.index, dtype=object)
+    frame.at[index, key] = value
+
+
+def missing_baseline_note(row: pd.Series, run: Trajectory | None, frame: pd.DataFrame) -> str:
+    """Why an ok row has no loss parity: it logged no per-step loss, its baseline (framework config `none`, same
+    scenario and devices) is absent from the folder, or the baseline did not finish or logged no loss."""
+    if run is None:
+        return f"no per-step loss in this experiment's {STEPS_FILE}: nothing to compare"
+    same = frame[(frame.get("framework_config") == BASELINE) & (frame.get("scenario") == run.scenario)
+                 & (pd.to_numeric(frame.get("num_gpus"), errors="coerce") == run.num_gpus)] \
+        if {"framework_config", "scenario", "num_gpus"} <= set(frame.columns) else frame.iloc[0:0]
+    if same.empty:
+        return (f"no baseline in this folder: add framework config `none` (null) to scenario {run.scenario!r} on "
+                f"{run.num_gpus} device(s), with the same arguments")
+    failed = same[same.get("status") != Status.OK] if "status" in same.columns else same.iloc[0:0]
+    if len(failed) == len(same):
+        first = failed.iloc[0]
+        return f"its baseline {first.get('experiment_id')} ended {first.get('status')}: no loss to compare with"
+    return (f"no baseline with the same arguments and a per-step loss in this folder (scenario {run.scenario!r}, "
+            "framework config `none`): the arguments the framework config does not set must match")

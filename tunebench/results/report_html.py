@@ -78,9 +78,13 @@ def beside(results_csv, name: str, needed: set[str]):
 
     import pandas as pd
 
+    from tunebench.user_files import MAX_CSV_BYTES, size_problem
+
     path = Path(results_csv).parent / name
     if not path.is_file():
         return None, ""
+    if too_large := size_problem(path, MAX_CSV_BYTES, "CSV tunebench writes"):
+        return None, f'<p class="warn-summary">{name} was not read: {html.escape(too_large.message)}</p>'
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError) as exc:

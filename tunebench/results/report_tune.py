@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.results.report_html import warn_mark
+from tunebench.user_files import MAX_CSV_BYTES, size_problem
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ def section(results_csv: str | Path) -> str:
     path = Path(results_csv).parent / TUNE_TABLE
     if not path.is_file():
         return ""
+    if too_large := size_problem(path, MAX_CSV_BYTES, "tune table"):
+        return f'<p class="warn-summary">tune.csv was not read: {html.escape(too_large.message)}</p>'
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError) as exc:  # pandas' parser errors are ValueErrors

@@ -161,6 +161,13 @@ def collect(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame[leading + [c for c in frame.columns if c not in leading]]
 
 
+def with_key_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every key column and key metric, empty where no row holds it: a matrix whose experiments all
+    failed (or a dry run) has the columns of one that ran, so a script that reads them gets NaN, not a KeyError."""
+    missing = [c for c in KEY_COLUMNS + KEY_METRICS if c not in frame.columns]
+    return frame.reindex(columns=[*frame.columns, *missing]) if missing else frame
+
+
 def varying_config_columns(frame: pd.DataFrame) -> list[str]:
     """Argument and identity columns whose value differs between experiments (the column registry decides)."""
     configuration = (columns.ARGUMENT, columns.IDENTITY)
@@ -191,26 +198,29 @@ def summary_table(frame: pd.DataFrame) -> str:
     """A readable end-of-run table: one line per experiment, human units."""
     if frame.empty:
         return "(no experiments)"
+    frame = frame.reset_index(drop=True)
+    blank = pd.Series([""] * len(frame))
     view = pd.DataFrame({
         "scenario": frame.get("scenario"),
         "framework": frame.get("framework_config"),
         "model": frame.get("model_name_or_path"),
         "gpus": frame.get("num_gpus"),
-        "bs×ga": frame.get("per_device_train_batch_size").astype(str) + "×"
-        + frame.get("gradient_accumulation_steps").astype(str),
+        "bs×ga": frame.get("per_device_train_batch_size", blank).astype(str) + "×"
+        + frame.get("gradient_accumulation_steps", blank).astype(str),
         "status": frame.get("status"),
     })
     def column(name: str, scale: float = 1.0, fmt: str = "{:.1f}") -> pd.Series:
         if name not in frame.columns:
-            return pd.Series([""] * len(frame))
+            return blank
         values = pd.to_numeric(frame[name], errors="coerce") / scale
         return values.map(lambda v: "" if pd.isna(v) else fmt.format(v))
 
     view["steady tok/s"] = column("steady_nonpad_tokens_per_second")
     view["step s"] = column("steady_step_time_median", fmt="{:.4f}")
-    view["cv %"] = column("steady_step_time_cv", 0.01)
+    # the spread the measurement warning judges (steady.robust_cv): one figure in the table and in its warning
+    view["robust cv %"] = column("steady_step_time_robust_cv", 0.01)
     view["mfu %"] = column("steady_mfu", 0.01)
-    view["attn"] = frame.get("scan_attention_backend", pd.Series([""] * len(frame))).fillna("")
+    view["attn"] = frame.get("scan_attention_backend", blank).fillna("")
     view["gpu peak GiB"] = column("scan_mem_peak_allocated", 2**30, "{:.2f}")
     view["host RSS GiB"] = column("mem_peak_host_rss_bytes", 2**30, "{:.2f}")
     view["start s"] = column("startup_seconds")

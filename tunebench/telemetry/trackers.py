@@ -74,12 +74,14 @@ TRACKERS = Registry("tracker", "tunebench.trackers", {
 ALWAYS = ("host_load", "steady_environment")
 
 
-def harness_trackers(names: tuple[str, ...], settings_of) -> list:
-    """The trackers of one experiment: the always-on ones, then those named (each once), made with the run's
-    settings of their type (`settings_of(Settings)`, defaults when the run gives none)."""
+def harness_trackers(names: tuple[str, ...], settings_of) -> list[tuple[str, Any]]:
+    """(name, tracker) of one experiment: the always-on ones, then those named (each once), made with the run's
+    settings of their type (`settings_of(Settings)`, defaults when the run gives none). A plugin that fails to
+    load or to be made is a PluginError naming it."""
     made = []
     for name in dict.fromkeys((*ALWAYS, *names)):
         cls = TRACKERS.load(name)
         settings_class = getattr(cls, "Settings", None)
-        made.append(cls(settings_of(settings_class)) if settings_class is not None else cls())
+        with TRACKERS.blame(name, "to start"):
+            made.append((name, cls(settings_of(settings_class)) if settings_class is not None else cls()))
     return made

@@ -8,7 +8,7 @@ parses the options into a TuneOptions, calls `tune` and prints.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +44,33 @@ def _input_problems(options: TuneOptions, device_type: str) -> list[InputProblem
 
 def tune(options: TuneOptions, checked: bool = False) -> TuneResult:
     """Find the fastest (or cheapest) configuration that fits; InputError naming the option when one is wrong
-    (`checked`: the options were already checked, as `benchmark.py tune`'s parser does)."""
+    (`checked`: the options were already checked, as `benchmark.py tune`'s parser does; else each problem names
+    the TuneOptions field, as a Python caller wrote it)."""
+    if checked:
+        return _search(options)
+    from tunebench.api.checks import argument_problem, field_problems, raise_problems
+    from tunebench.api.words import in_api_words
+    from tunebench.tuning.option_checks import value_problems
+
+    raise_problems([argument_problem("tune", "options", options, TuneOptions, "e.g. tunebench.tune(tunebench."
+                                     "TuneOptions(model='preset:llama-tiny'))")])
+    names = {f"--{field.name}": ("TuneOptions", field.name) for field in fields(TuneOptions)}
+    try:
+        raise_problems(field_problems(options))  # the types first: the value checks assume them
+        raise_problems(value_problems(options))  # checked as the command line's, then named as the fields
+        return _search(options)
+    except InputError as exc:
+        raise InputError(in_api_words(exc.problems, names)) from None
+
+
+def _search(options: TuneOptions) -> TuneResult:
     from tunebench.execution.guard import results_lock, stop_on_signals
     from tunebench.results.summaries import rows_on_disk
     from tunebench.tuning import output, prune
-    from tunebench.tuning.option_checks import value_problems
     from tunebench.tuning.runs import HarnessRuns
     from tunebench.tuning.search import Search
     from tunebench.tuning.space import build_space
 
-    if not checked and (problems := value_problems(options)):  # options made in Python: checked as the CLI's
-        raise InputError(problems)
     runs = HarnessRuns(options)
     device_type = runs.device()
     if problems := _input_problems(options, device_type):

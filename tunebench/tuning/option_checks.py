@@ -31,7 +31,6 @@ EXAMPLES = {"num_gpus": "1", "effective_batch": "16", "max_seq_len": "1024", "lo
             "micro_batches": "1 2 4", "confirm": "2", "tolerance_pct": "5", "margin_pct": "2", "timeout": "3600",
             "budget_minutes": "60", "gpu_hour_price": "2.5"}
 MAX_VALUES = 64  # values of one list option (the space multiplies them)
-MAX_PLAN_DEVICE_BYTES = 64 * 1024**4  # no accelerator holds 64 TiB
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -123,20 +122,10 @@ def source_problems(ns) -> list[InputProblem]:
 
 
 def plan_device_problem(spec: str | None) -> InputProblem | None:
-    from tunebench.planning.predict import device_capacity
+    from tunebench.api.planning import plan_device_problem as device_problem
 
-    if spec is None:
-        return None
-    fix = "a size or a GPU name, e.g. --plan_device 80GiB"
-    try:
-        capacity = device_capacity(spec, None)
-    except (ValueError, OverflowError) as exc:
-        text = str(exc)
-        return _problem("plan_device", text.removeprefix("--plan_device ") if text.startswith("--plan_device")
-                        else f"{spec!r} is not a size: {text}", fix)
-    if not capacity or capacity <= 0 or capacity > MAX_PLAN_DEVICE_BYTES:
-        return _problem("plan_device", f"{spec!r} is not a memory size a device has (> 0 and <= 64 TiB)", fix)
-    return None
+    why = device_problem(spec, smallest=1)
+    return _problem("plan_device", why, "a size or a GPU name, e.g. --plan_device 80GiB") if why else None
 
 
 def config_file_problems(ns) -> list[InputProblem]:

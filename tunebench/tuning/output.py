@@ -27,7 +27,8 @@ _STATE_ORDER = {"confirmed": 0, "noisy": 0, "measured": 0, "screened": 1, "oom":
 
 
 def _gib(value) -> float | None:
-    return round(value / GIB, 3) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    """GiB to 4 significant digits (a tiny model's 1.6 MB is 0.001524, not 0.002 or 0.00)."""
+    return float(f"{value / GIB:.4g}") if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _sort_key(s: PointState, options: TuneOptions):
@@ -134,6 +135,9 @@ def summary(outcome: Outcome, table: pd.DataFrame, options: TuneOptions, cpu: bo
     if options.project_to:
         lines.append(f"ranked for the {options.project_to}: each run here projected onto it (README \"Projection\": "
                      "host-bound points are the least certain), and pruned where it would not fit it")
+    if cpu:
+        lines.append("mem_peak_gib: the CUDA allocator's measured peak, which a CPU run has none of (its tensors by "
+                     "category: raw_summary.csv's scan_mem_* columns)")
     lines.append(f"memory margin: {outcome.margin.fraction:.1%} ({outcome.margin.source})")
     lines.append(f"search stopped: {outcome.stop_reason}")
     what = "process time (CPU: processes × wall time)" if cpu else "GPU time"

@@ -7,11 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tunebench.planning.predict import reserved_bytes, usable_bytes
+from tunebench.planning.predict import memory_text, reserved_bytes, usable_bytes
 
 logger = logging.getLogger(__name__)
 
-GIB = 1024**3
 # A taught margin is set this far past what the evidence demands: the OOMed point itself is then pruned.
 _TAUGHT_EXTRA = 0.005
 
@@ -49,12 +48,12 @@ def verdict(prediction: dict[str, Any], margin: Margin) -> tuple[bool, str]:
         return True, "no capacity to judge against (no GPU and no --plan_device)"
     slack = reserved_bytes(prediction) - peak  # the allocator's, at the edge (planning.allocator_slack)
     needed = peak * (1 + margin.fraction) + slack
-    also = f" + {slack / GIB:.2f} GiB allocator slack" if slack > 0 else ""
+    also = f" + {memory_text(slack)} allocator slack" if slack > 0 else ""
     if needed <= usable:
-        return True, (f"fits: {peak / GIB:.2f} GiB predicted (+{margin.fraction:.1%}){also} of "
-                      f"{usable / GIB:.2f} GiB usable")
-    return False, (f"predicted peak {peak / GIB:.2f} GiB + {margin.fraction:.1%} margin{also} = "
-                   f"{needed / GIB:.2f} GiB > {usable / GIB:.2f} GiB usable (margin: {margin.source})")
+        return True, (f"fits: {memory_text(peak)} predicted (+{margin.fraction:.1%}){also} of "
+                      f"{memory_text(usable)} usable")
+    return False, (f"predicted peak {memory_text(peak)} + {margin.fraction:.1%} margin{also} = "
+                   f"{memory_text(needed)} > {memory_text(usable)} usable (margin: {margin.source})")
 
 
 def taught_by_oom(margin: Margin, label: str, prediction: dict[str, Any]) -> Margin:
@@ -67,7 +66,7 @@ def taught_by_oom(margin: Margin, label: str, prediction: dict[str, Any]) -> Mar
     needed = usable / peak - 1 + _TAUGHT_EXTRA
     if needed <= margin.fraction:
         return margin
-    logger.warning("tune: %s ran out of memory at a predicted %.2f GiB of %.2f GiB usable: margin %.1f%% -> %.1f%%",
-                   label, peak / GIB, usable / GIB, 100 * margin.fraction, 100 * needed)
-    return Margin(needed, f"raised by the OOM of {label} (predicted {peak / GIB:.2f} GiB, {usable / GIB:.2f} GiB "
+    logger.warning("tune: %s ran out of memory at a predicted %s of %s usable: margin %.1f%% -> %.1f%%",
+                   label, memory_text(peak), memory_text(usable), 100 * margin.fraction, 100 * needed)
+    return Margin(needed, f"raised by the OOM of {label} (predicted {memory_text(peak)}, {memory_text(usable)} "
                   "usable)")

@@ -39,10 +39,12 @@ def executor_class(name: str) -> Any:
 def make_executor(name: str):
     """The executor called `name`; InputError (exit 2) when it is unknown or its extra is not installed."""
     cls = executor_class(name)
-    missing = cls.missing() if hasattr(cls, "missing") else None
+    with EXECUTORS.blame(name, "to check what it needs"):
+        missing = cls.missing() if hasattr(cls, "missing") else None
     if missing:
         extra, package = getattr(cls, "extra", None), getattr(cls, "requirement", None)
         fix = (f"from the tunebench clone: pip install -e '.[{extra}]' (or pip install {package})" if extra else
                f"install what the {name} executor needs")
         raise InputError([InputProblem("command line", f"--executor {name}", missing, fix)])
-    return cls()
+    with EXECUTORS.blame(name, "to start"):
+        return cls()

@@ -20,7 +20,7 @@ from tunebench.execution.experiment_run import RunOptions, base_row, cpu_slots, 
 from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import Job, Scheduler, SlotPool, overlap_columns
 from tunebench.experiment.spec import ExperimentSpec
-from tunebench.plugins import cli_option
+from tunebench.plugins import PluginError, cli_option
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class LocalExecutor:
             if preload_seconds is not None and row.get("startup_preloaded"):
                 row["startup_preload_seconds"] = preload_seconds
             finished(key, row)
+            if isinstance(future.exception(), PluginError):  # a broken plugin fails every experiment: stop here
+                raise future.exception()
 
         try:
             while not scheduler.done:
@@ -115,6 +117,8 @@ class LocalExecutor:
     def _row(future, experiment: ExperimentSpec, options: RunOptions) -> dict[str, Any]:
         try:
             return future.result()
+        except PluginError as exc:  # named in one line; the run stops after recording it
+            return {**base_row(experiment, options), "status": Status.ERROR, "error_messages": str(exc.problems[0])}
         except Exception as exc:  # a harness bug must cost one row, not the matrix
             logger.exception("experiment %s failed in the harness", experiment.folder_name)
             return {**base_row(experiment, options), "status": Status.ERROR, "error_messages": f"harness error: {exc!r}"}

@@ -32,8 +32,8 @@ LAUNCHERS = Registry("launcher", "tunebench.launchers", {
     LauncherName.ACCELERATE: "tunebench.execution.launchers.accelerate:AccelerateLauncher",
 })
 
-__all__ = ["LAUNCHERS", "LaunchCommand", "LaunchContext", "Launcher", "Rendezvous", "choose", "command_script",
-           "default_launcher"]
+__all__ = ["LAUNCHERS", "LaunchCommand", "LaunchContext", "Launcher", "Rendezvous", "choose", "chosen",
+           "command_script", "default_launcher"]
 
 
 def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | None = None) -> str:
@@ -44,13 +44,22 @@ def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | Non
     return LauncherName.FORKSERVER if preload else LauncherName.PYTHON
 
 
-def choose(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> Launcher:
-    """The launcher this experiment runs with under `options` (execution.experiment_run.RunOptions)."""
+def chosen(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> str:
+    """The name of the launcher this experiment runs with under `options` (execution.experiment_run.RunOptions):
+    the run's `--launcher` where it fits the experiment, else the default for its shape."""
     default = default_launcher(spec, options.preload, node)
-    name = default
-    if options.launcher and options.launcher != default:
-        wanted = LAUNCHERS.load(options.launcher)
-        several = spec.num_gpus > 1 or node is not None
-        name = options.launcher if bool(getattr(wanted, "multi_process", False)) == several else default
+    if not options.launcher or options.launcher == default:
+        return default
+    wanted = LAUNCHERS.load(options.launcher)
+    several = spec.num_gpus > 1 or node is not None
+    return options.launcher if bool(getattr(wanted, "multi_process", False)) == several else default
+
+
+def choose(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> Launcher:
+    """The launcher this experiment runs with under `options`, made for the run (a plugin that fails to load or
+    to be made is a PluginError naming it)."""
+    name = chosen(spec, options, node)
     context = LaunchContext(options.accelerate_config_path, node, options.session.preload)
-    return LAUNCHERS.load(name).for_run(context)
+    launcher_class = LAUNCHERS.load(name)
+    with LAUNCHERS.blame(name, "to start"):
+        return launcher_class.for_run(context)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tunebench.bounds import Range
 from tunebench.errors import InputError, InputProblem
+from tunebench.user_files import read_yaml, shown
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +31,11 @@ FIGURES: dict[str, Range] = {
 }
 REQUIRED = ("bf16_tflops", "memory_tb_per_s")
 ENTRY_KEYS = {"name", "match", *FIGURES}
+# A user's table lists the GPUs they project to: a few, or a few hundred; its file is read within these bounds.
+MAX_BYTES = 256 * 2**10
+MAX_VALUES = 50_000
+MAX_ENTRIES = 1_000
+MAX_PROBLEMS = 20  # reported at once; past that the file is not a GPU table
 FIX = "see tunebench/planning/projection/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: ...}}]"
 
 
@@ -79,7 +83,7 @@ def _figure(raw: Any, key: str, where: str, source: str, problems: list[InputPro
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "source"}
         if unknown or "value" not in raw:
-            problems.append(InputProblem(where, key, f"expected {{value, source}}, got keys {sorted(map(str, raw))}",
+            problems.append(InputProblem(where, key, f"expected {{value, source}}, got keys {shown(sorted(map(str, raw)))}",
                                          "e.g. {value: 989.4, source: 'datasheet'}"))
             return None, cited
         if raw.get("source") is not None:
@@ -92,7 +96,7 @@ def _figure(raw: Any, key: str, where: str, source: str, problems: list[InputPro
         return None, cited
     bounds = FIGURES[key.rpartition(".")[2]]
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or bounds.problem(raw):
-        problems.append(InputProblem(where, key, f"{repr(raw)[:40]} is not a number {bounds.describe()}",
+        problems.append(InputProblem(where, key, f"{shown(raw)} is not a number {bounds.describe()}",
                                      "give a plain number in the unit of the figure's name"))
         return None, cited
     return float(raw), cited
@@ -105,14 +109,15 @@ def _entry(raw: Any, index: int, path: str, problems: list[InputProblem]) -> Gpu
         return None
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        problems.append(InputProblem(path, f"{where}.name", f"expected a GPU name, got {name!r}",
+        problems.append(InputProblem(path, f"{where}.name", f"expected a GPU name, got {shown(name)}",
                                      "the name nvidia-smi shows, e.g. 'NVIDIA H100 80GB HBM3'"))
         return None
-    for key in sorted(set(map(str, raw)) - ENTRY_KEYS):
-        problems.append(InputProblem(path, f"{where}.{key}", "unknown figure", f"one of {', '.join(sorted(FIGURES))}"))
+    for key in sorted(set(map(str, raw)) - ENTRY_KEYS)[:5]:
+        problems.append(InputProblem(path, f"{where}.{key[:60]}", "unknown figure",
+                                     f"one of {', '.join(sorted(FIGURES))}"))
     match = raw.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m.strip() for m in match):
-        problems.append(InputProblem(path, f"{where}.match", f"expected a list of name fragments, got {match!r}",
+        problems.append(InputProblem(path, f"{where}.match", f"expected a list of name fragments, got {shown(match)}",
                                      "e.g. match: ['H100 80GB HBM3']"))
         match = []
     figures, sources = {}, {}
@@ -123,25 +128,25 @@ def _entry(raw: Any, index: int, path: str, problems: list[InputProblem]) -> Gpu
 
 
 def read_file(path: str | Path) -> list[Gpu]:
-    """The entries of one table file; InputError with every problem found."""
+    """The entries of one table file; InputError with every problem found (at most MAX_PROBLEMS). The file is
+    bounded before it is parsed (tunebench.user_files: MAX_BYTES on disk, MAX_VALUES once its aliases expand)."""
     path = str(path)
-    try:
-        text = Path(path).read_text()
-        data = yaml.safe_load(text)
-    except OSError as exc:
-        raise InputError([InputProblem(path, "--gpu_table", f"cannot read it ({exc.strerror or exc})",
-                                       "give an existing YAML file")]) from None
-    except (yaml.YAMLError, ValueError) as exc:
-        raise InputError([InputProblem(path, "(YAML)", f"not valid YAML: {str(exc).splitlines()[0]}", FIX)]) from None
+    problems: list[InputProblem] = []
+    data = read_yaml(path, problems, max_bytes=MAX_BYTES, max_values=MAX_VALUES, what="GPU table")
+    if problems:
+        raise InputError([InputProblem(p.source, p.key if p.key != "-" else "--gpu_table", p.message,
+                                       p.fix if "YAML" in p.message else f"{p.fix}; {FIX}") for p in problems])
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list) or set(data) - {"gpus"}:
         raise InputError([InputProblem(path, "gpus", "expected a mapping with one key, `gpus`, holding a list", FIX)])
-    problems: list[InputProblem] = []
+    if len(data["gpus"]) > MAX_ENTRIES:
+        raise InputError([InputProblem(path, "gpus", f"{len(data['gpus']):,} entries, more than the {MAX_ENTRIES:,} "
+                                       "a GPU table holds", "list the GPUs you project to")])
     entries = [_entry(raw, i, path, problems) for i, raw in enumerate(data["gpus"])]
     names = [g.name.lower() for g in entries if g is not None]
     for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(InputProblem(path, "gpus", f"{name!r} is listed twice", "one entry per GPU"))
+        problems.append(InputProblem(path, "gpus", f"{shown(name)} is listed twice", "one entry per GPU"))
     if problems:
-        raise InputError(problems)
+        raise InputError(problems[:MAX_PROBLEMS])
     return [g for g in entries if g is not None]
 
 
