@@ -47,6 +47,7 @@ class RunSettings:
     plan: bool = False  # predict each experiment's memory and join the pred_* columns to its row
     plan_device: str | None = None  # GPU name or size to judge `fits` against (default the GPUs here)
     skip_predicted_oom: bool = False  # skip experiments predicted not to fit (implies plan)
+    gpu_table: str | None = None  # a YAML of GPUs added to, or overriding, the GPU table plan_device resolves in
     executor: str = Executor.LOCAL  # by name: tunebench.execution.executors.EXECUTORS
     launcher: str | None = None  # by name, where it fits an experiment: tunebench.execution.launchers.LAUNCHERS
     trackers: tuple[str, ...] = ()  # harness trackers by name besides the always-on ones (telemetry.trackers)
@@ -86,7 +87,7 @@ def prepare(matrix: Matrix, settings: RunSettings) -> dict[str, dict[str, Any]]:
         return {}
     from tunebench.api.planning import predictions
 
-    return predictions(matrix, settings.plan_device)
+    return predictions(matrix, settings.plan_device, settings.gpu_table)
 
 
 def run_options(matrix: Matrix, settings: RunSettings, predictions: dict, session: RunSession) -> RunOptions:

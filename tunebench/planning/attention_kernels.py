@@ -17,18 +17,7 @@ import math
 
 logger = logging.getLogger(__name__)
 
-# Compute capability by GPU name (the --plan_device names tunebench knows); unknown names are taken as Hopper,
-# the GPUs the memory prediction was measured on.
-_ARCH = (("H200", 90), ("H100", 90), ("H800", 90), ("GH200", 90), ("B200", 100), ("A100", 80), ("A800", 80),
-         ("A10", 86), ("L40", 89), ("L4", 89), ("V100", 70))
-HOPPER = 90
-
-
-def architecture(device_name: str | None) -> int:
-    for key, arch in _ARCH:
-        if device_name and key in device_name:
-            return arch
-    return HOPPER
+HOPPER = 90  # the compute capability assumed when a target's is unknown: the GPUs the prediction was measured on
 
 
 def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:

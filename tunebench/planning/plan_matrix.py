@@ -17,16 +17,15 @@ GIB = 1024**3
 
 
 def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, host_budget: bool = False,
-                     device_name: str | None = None) -> dict[str, dict[str, Any]]:
+                     device_name: str | None = None, gpu_arch: int | None = None) -> dict[str, dict[str, Any]]:
     """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
 
     `capacity` is one GPU's memory; CPU experiments are judged against it only when `host_budget` (the user
-    gave --plan_device on a CPU matrix: a per-process memory budget). `device_name` (--plan_device or the GPU
-    present) decides which attention kernels the GPU runs (planning.attention_kernels).
+    gave a size as --plan_device on a CPU matrix: a per-process memory budget). `gpu_arch`, the target's compute
+    capability (planning.gpu_target), decides which attention kernels the GPU runs (planning.attention_kernels);
+    without it, the GPU table's entry for `device_name`, else Hopper's.
     """
-    from tunebench.planning.attention_kernels import architecture
-
-    arch = architecture(device_name)
+    arch = gpu_arch if gpu_arch is not None else table_arch(device_name)
     cache: dict = {}
     out: dict[str, dict[str, Any]] = {}
     for experiment in experiments:
@@ -47,6 +46,14 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
                     f"{row['pred_mem_peak'] / GIB:.2f} GiB" if row.get("pred_mem_peak") else "unknown")
         out[experiment.experiment_id] = row
     return out
+
+
+def table_arch(device_name: str | None) -> int | None:
+    """The compute capability the shipped GPU table gives `device_name` (None: not in it)."""
+    from tunebench.planning.projection.gpu_table import load_table
+
+    gpu = load_table().lookup(device_name)
+    return gpu.arch() if gpu else None
 
 
 def with_outlier_columns(experiment: ExperimentSpec, shape):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,26 +29,7 @@ logger = logging.getLogger(__name__)
 GIB = 1024**3
 CUBLAS_WORKSPACES = 68_357_632  # scan_mem_other of one process on H100 (docs/evidence/throughput-h100)
 CONTEXT_RESERVE = GIB  # CUDA context (~780 MiB measured) + allocator fragmentation headroom
-# nvidia-smi memory.total (MiB) of common training GPUs, for --plan_device by name.
-DEVICE_MIB = (("H200", 143771), ("H100 80GB", 81559), ("H100 NVL", 95830), ("H100 PCIe", 81559), ("H100", 81559),
-              ("A100-SXM4-80GB", 81920), ("A100 80GB", 81920), ("A100", 40960), ("L40S", 46068), ("L4", 23034),
-              ("B200", 183359), ("A10G", 23028))
 CATEGORIES = ("params", "buffers", "grads", "optimizer", "activations", "temporaries")
-
-
-def device_capacity(spec: str | None, detected_mib: float | None) -> int | None:
-    """Bytes of one GPU: a size ('80GiB', '24GB', '81559MiB'), a GPU name, else the GPU present."""
-    if spec:
-        match = re.fullmatch(r"\s*([\d.]+)\s*(GiB|GB|MiB|MB)\s*", spec, re.I)
-        if match:
-            scale = {"gib": GIB, "gb": 10**9, "mib": 1024**2, "mb": 10**6}[match.group(2).lower()]
-            return int(float(match.group(1)) * scale)
-        for key, mib in DEVICE_MIB:
-            if key.lower() in spec.lower():
-                return mib * 1024**2
-        raise ValueError(f"--plan_device {spec!r}: not a size (e.g. 80GiB) nor a known GPU "
-                         f"({', '.join(k for k, _ in DEVICE_MIB)})")
-    return int(detected_mib * 1024**2) if detected_mib else None
 
 
 @dataclass(frozen=True)
@@ -102,7 +82,7 @@ def _as_dict(value: Any) -> dict:
 def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None,
             gpu_arch: int | None = None) -> dict[str, Any]:
     """`pred_mem_*` columns of one rank (bytes), `pred_attention` and `pred_seconds`. `gpu_arch`: the CUDA
-    target's compute capability (planning.attention_kernels.architecture; Hopper when unknown)."""
+    target's compute capability (the GPU table's, planning.gpu_target; Hopper when unknown)."""
     from tunebench.planning.attention_kernels import HOPPER
 
     started = time.monotonic()

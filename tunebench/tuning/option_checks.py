@@ -122,20 +122,19 @@ def source_problems(ns) -> list[InputProblem]:
     return problems
 
 
-def plan_device_problem(spec: str | None) -> InputProblem | None:
-    from tunebench.planning.predict import device_capacity
+def plan_device_problem(spec: str | None, gpu_table: str | None = None) -> InputProblem | None:
+    """--plan_device: a size a device has, or a GPU of the GPU table (planning.gpu_target, as `plan` resolves it)."""
+    from tunebench.planning.gpu_target import plan_target
 
     if spec is None:
         return None
-    fix = "a size or a GPU name, e.g. --plan_device 80GiB"
     try:
-        capacity = device_capacity(spec, None)
-    except (ValueError, OverflowError) as exc:
-        text = str(exc)
-        return _problem("plan_device", text.removeprefix("--plan_device ") if text.startswith("--plan_device")
-                        else f"{spec!r} is not a size: {text}", fix)
+        capacity = plan_target(spec, (), gpu_table).capacity
+    except InputError as exc:  # a bad --gpu_table is project_to_problems' to report
+        return next((p for p in exc.problems if "plan_device" in p.key), None)
     if not capacity or capacity <= 0 or capacity > MAX_PLAN_DEVICE_BYTES:
-        return _problem("plan_device", f"{spec!r} is not a memory size a device has (> 0 and <= 64 TiB)", fix)
+        return _problem("plan_device", f"{spec!r} is not a memory size a device has (> 0 and <= 64 TiB)",
+                        "a size or a GPU name, e.g. --plan_device 80GiB")
     return None
 
 
@@ -160,16 +159,17 @@ def config_file_problems(ns) -> list[InputProblem]:
 
 
 def project_to_problems(target: str | None, gpu_table: str | None, num_gpus: int) -> list[InputProblem]:
-    """--project_to: a GPU of the table (the shipped one merged with --gpu_table's), and runs on one GPU."""
+    """--gpu_table readable, and --project_to a GPU of the table (the shipped one merged with --gpu_table's), runs on
+    one GPU."""
     from tunebench.planning.projection.gpu_table import load_table
 
-    if target is None:
-        return [_problem("gpu_table", "is only read with --project_to", "add --project_to GPU, or leave it out")] \
-            if gpu_table else []
     try:
         table = load_table(gpu_table)
-    except InputError as exc:
-        return list(exc.problems)
+    except InputError as exc:  # the file's problems, each saying which option named the file
+        return [p if p.key == "--gpu_table" else InputProblem(f"--gpu_table {p.source}", p.key, p.message, p.fix)
+                for p in exc.problems]
+    if target is None:
+        return []
     problems = []
     if table.lookup(target) is None:
         problems.append(_problem("project_to", f"{target!r} is not in the GPU table",
@@ -202,7 +202,8 @@ def value_problems(ns) -> list[InputProblem]:
     if "--effective_batch" not in named and "--num_gpus" not in named and ns.effective_batch % ns.num_gpus:
         problems.append(_problem("effective_batch", f"{ns.effective_batch} samples do not split over "
                                  f"{ns.num_gpus} GPUs", "give a multiple of --num_gpus"))
-    for found in (optimizer_problem(ns.optimizers), plan_device_problem(ns.plan_device),
+    for found in (optimizer_problem(ns.optimizers),
+                  plan_device_problem(ns.plan_device, getattr(ns, "gpu_table", None)),
                   log_level_problem(ns.log_level)):
         problems += [found] if found else []
     problems += project_to_problems(getattr(ns, "project_to", None), getattr(ns, "gpu_table", None), ns.num_gpus)
