@@ -152,3 +152,14 @@ def test_no_module_but_the_table_holds_a_gpus_memory():
     for path in (REPO / "tunebench").rglob("*.py"):
         text = path.read_text()
         assert not [f for f in figures if f in text], path
+
+
+def test_tune_with_device_cpu_and_a_gpu_named_is_one_line_naming_both(tmp_path, capsys, no_gpu_here):
+    from tunebench.cli import tune_command
+
+    out = tmp_path / "tuned"
+    code = tune_command.main(["--model", "preset:llama-tiny", "--device", "cpu", "--plan_device", H100,
+                              "--results_output_path", str(out)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--plan_device" in lines[0] and "--device cpu" in lines[0], lines
+    assert not out.exists()

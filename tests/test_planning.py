@@ -51,7 +51,7 @@ def test_peak_only_tracker_gives_memtrackers_own_answer(monkeypatch, extra):
 
     shape = StepShape("preset:llama-tiny", "float32", 2, 32, False, **extra)
     fast = predict_step(shape)
-    monkeypatch.setattr(fake_step, "_peak_only", lambda tracker_class: tracker_class)
+    monkeypatch.setattr(fake_step, "peak_only", lambda tracker_class: tracker_class)
     assert predict_step(shape) == fast
 
 

@@ -24,6 +24,13 @@ from tunebench.planning.quantized import (
     quant_state_bytes,
     quantize_meta,
 )
+from tunebench.planning.step_contexts import (
+    cuda_block_rounding,
+    grouped_mm_fallback_unless_bf16,
+    kernels_as_the_gpu,
+    packed_rows_only_if,
+    peak_only,
+)
 from tunebench.verify.peak_rules import rounded
 
 logger = logging.getLogger(__name__)
@@ -59,6 +66,8 @@ class StepShape:
     attn_implementation: str | None = None
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
     quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
+    compile_mode: str | None = None  # torch.compile's mode (`default`, ...); None: eager (planning.compiled_step)
+    liger: bool = False  # Liger's kernels (planning.liger_kernels)
     int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
 
 
@@ -136,11 +145,13 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tunebench.planning.attention_kernels import summary
+    from tunebench.planning.compiled_step import inductor_plans
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
+    compiled = inductor_plans(cuda=bool(gpu_arch)) if shape.compile_mode else contextlib.nullcontext()
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), FakeTensorMode(allow_non_fake_inputs=True), \
-            _grouped_mm_fallback_unless_bf16(shape.dtype):
+            grouped_mm_fallback_unless_bf16(shape.dtype), compiled, kernels_as_the_gpu(shape, model, config, gpu_arch):
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -148,6 +159,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         step = _TracedStep(shape, config, gpu_arch, round_to_cuda_blocks, block)
         step.run(model, optimizer, trainable)
         snapshot = step.tracker.get_tracker_snapshot("peak")
+    if gpu_arch and shape.attn_implementation == "flex_attention":
+        step.chosen.append("flex")
     out = _categories(snapshot, optimizer, step.rules, block)
     out["activations_max"] = step.meter.max  # the CPU scanner's `activations`: the step's maximum
     out["grads_full"] = sum(rounded(p.untyped_storage().nbytes(), block) for p in trainable)  # the CPU scanner's grads
@@ -157,6 +170,10 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["params"] += out["quant_state"]
     out["peak"] += out["quant_state"]
     out["attention"] = summary(step.chosen)
+    if shape.compile_mode:
+        from tunebench.planning.compiled_step import largest_matmul
+
+        out["autotune_operands"] = largest_matmul()
     return out
 
 
@@ -181,13 +198,16 @@ class _TracedStep:
     def __init__(self, shape: StepShape, config, gpu_arch: int | None, round_to_cuda_blocks: bool, block: int):
         from torch.distributed._tools.mem_tracker import MemTracker
 
+        from tunebench.planning.compiled_step import ignoring_compile
         from tunebench.verify.peak_rules import observed_tracker
 
         self.shape, self.config, self.gpu_arch = shape, config, gpu_arch
         self.round, self.block = round_to_cuda_blocks, block
-        self.tracker = observed_tracker(_peak_only(MemTracker))()
-        self.rules = self.meter = None
+        tracker = observed_tracker(peak_only(MemTracker))
+        self.tracker = (ignoring_compile(tracker) if shape.compile_mode else tracker)()
+        self.compiled = None
         self.chosen: list[str] = []
+        self.rules = self.meter = None
 
     def run(self, model, optimizer, trainable: list) -> None:
         import torch
@@ -198,10 +218,15 @@ class _TracedStep:
         # The batch exists before the tracker looks (as the Trainer's batch does before its step).
         ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
         mask = torch.ones_like(ids) if self.shape.padded else None
+        if self.shape.compile_mode:
+            self._compile(model, trainable, ids, mask)
         ignore_frozen_parameters(self.tracker, model)
-        with _cuda_block_rounding(self.round):
+        with cuda_block_rounding(self.round):
             self.tracker.track_external(model, optimizer)  # sized (and rounded) when registered
-        with _cuda_block_rounding(self.round), self.tracker, _packed_rows_only_if(self.shape.packed):
+        from tunebench.planning import kernel_ops
+
+        kernel_ops.CALLED.clear()
+        with cuda_block_rounding(self.round), self.tracker, packed_rows_only_if(self.shape.packed):
             if self.shape.grad_accum > 1:
                 # With accumulation the peak is in a micro-batch that starts with every gradient already there
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
@@ -218,11 +243,43 @@ class _TracedStep:
             optimizer.zero_grad(set_to_none=True)
             if self.rules is not None:
                 self.rules.finish()
+        if self.compiled is not None:
+            self.chosen.extend(kernel_ops.CALLED)
+
+    def _compile(self, model, trainable: list, ids, mask) -> None:
+        """torch.compile the model and run one step before the tracker looks: dynamo compiles the forward and
+        AOTAutograd the backward (lazily) into memory plans (planning.compiled_step), as a run's step 1 does."""
+        import torch
+
+        from tunebench.planning.cuda_semantics import applied
+
+        self.compiled = torch.compile(model)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        attention, _ = self._attention()
+        with packed_rows_only_if(self.shape.packed):
+            with autocast, attention, applied(bool(self.gpu_arch)):
+                loss = _loss(self.compiled, ids, mask)
+            loss.backward()
+        for p in trainable:
+            p.grad = None
+
+    def _attention(self):
+        """(forward, backward) attention contexts: the GPU's kernels (the same stand-in at every entry, which a
+        compiled model's guards need), or the CPU's; a compiled CPU step traces torch's own SDPA, as a CPU run's
+        compilation does."""
+        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
+
+        if self.gpu_arch:
+            if not hasattr(self, "_gpu_attention"):
+                self._gpu_attention = (gpu_attention(self.gpu_arch, self.chosen), gpu_attention(self.gpu_arch, []))
+            return self._gpu_attention
+        if self.shape.compile_mode:
+            return contextlib.nullcontext(), contextlib.nullcontext()
+        return cpu_attention(self.chosen), cpu_attention([])
 
     def _forward_backward(self, model, trainable: list, ids, mask) -> None:
         import torch
 
-        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
         from tunebench.planning.cuda_semantics import applied
 
         shape, rules = self.shape, self.rules
@@ -233,15 +290,14 @@ class _TracedStep:
         # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
-        attention = gpu_attention(self.gpu_arch, self.chosen) if self.gpu_arch else cpu_attention(self.chosen)
         # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
-        attention_backward = gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
+        attention, attention_backward = self._attention()
         # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
         with autocast, self.meter.hooks(), attention, applied(bool(self.gpu_arch)):
             # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
             # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
             # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
-            loss = _loss(model, ids, mask) / shape.grad_accum
+            loss = _loss(model if self.compiled is None else self.compiled, ids, mask) / shape.grad_accum
         if rules is not None:
             rules.backward_open = True
         with attention_backward:
@@ -285,95 +341,8 @@ def _loss(model, ids, mask):
         return model(input_ids=ids, attention_mask=mask, labels=ids).loss
 
 
-@contextlib.contextmanager
-def _packed_rows_only_if(packed: bool):
-    """transformers tells packed rows from their position ids by reading values, which fake tensors cannot give:
-    it then assumes packed rows and builds a block mask (SDPA with a mask repeats GQA's keys and values). The
-    rows' layout is known here, so the fake step answers for it: not packed unless the experiment packs."""
-    try:
-        from transformers import masking_utils
-    except ImportError:
-        masking_utils = None
-    if packed or masking_utils is None or not hasattr(masking_utils, "find_packed_sequence_indices"):
-        yield
-        return
-    original = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        yield
-    finally:
-        masking_utils.find_packed_sequence_indices = original
-
-
-@contextlib.contextmanager
-def _grouped_mm_fallback_unless_bf16(dtype: str):
-    """Mixture-of-experts layers multiply through torch's grouped_mm, whose shape function (what fake tensors
-    run) accepts bf16 only, while the CPU kernel takes float32 too. For other dtypes the fake step takes
-    transformers' own fallback op (registered with a fake implementation), which allocates and saves the same
-    tensors: the routed tokens' outputs, and the input and weight for backward."""
-    try:
-        from transformers.integrations import moe
-    except ImportError:
-        moe = None
-    if dtype == "bfloat16" or moe is None or not hasattr(moe, "_can_use_grouped_mm"):
-        yield
-        return
-    original = moe._can_use_grouped_mm
-    moe._can_use_grouped_mm = lambda *args, **kwargs: False
-    try:
-        yield
-    finally:
-        moe._can_use_grouped_mm = original
-
-
-def _peak_only(tracker_class):
-    """MemTracker without its per-module peaks, which we never read: after every op it walks all tracked modules
-    (weak references, O(modules) per op) to update each active module's own peak: 95 % of the 8B LoRA + GC step's
-    prediction time (118.6 s -> 5.9 s without it). The device-wide peak snapshot, the only thing read here, is
-    updated exactly as before."""
-    from torch.distributed._tools import mem_tracker
-
-    total_key = getattr(mem_tracker, "_TOTAL_KEY", None)
-    if total_key is None or not hasattr(tracker_class, "_update_peak_stats"):
-        return tracker_class  # a torch whose internals differ: correct, only slower
-
-    class PeakOnlyMemTracker(tracker_class):
-        def _update_peak_stats(self, peak_state) -> None:
-            if not all(hasattr(self, name) for name in ("_curr_mem_snap", "_peak_mem", "_peak_mem_snap")):
-                return super()._update_peak_stats(peak_state)  # other internals: the original, slower path
-            for device, snapshot in self._curr_mem_snap.items():
-                if self._peak_mem.get(device, 0) < snapshot[total_key]:
-                    self._peak_mem[device] = snapshot[total_key]
-                    # {reference type: bytes}: int values, so a shallow copy is a whole copy
-                    self._peak_mem_snap[device] = dict(snapshot)
-
-    return PeakOnlyMemTracker
-
-
 def _state_bytes(optimizer, block: int) -> int:
     import torch
 
     return sum(rounded(t.untyped_storage().nbytes(), block)
                for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
-
-
-@contextlib.contextmanager
-def _cuda_block_rounding(enabled: bool):
-    """Size every storage as the CUDA caching allocator would (512-byte blocks) although the fake tensors
-    are on the CPU: MemTracker rounds only for CUDA devices (a private method, patched for the step)."""
-    from torch.distributed._tools import mem_tracker
-
-    info = getattr(mem_tracker, "_WeakRefInfo", None)
-    if not enabled or info is None or not hasattr(info, "_calculate_mem_consumed"):
-        yield
-        return
-    original = info._calculate_mem_consumed
-
-    def consumed(self) -> int:
-        return rounded(self.size * self.element_size, mem_tracker._PYTORCH_MIN_ALLOCATE)
-
-    info._calculate_mem_consumed = consumed
-    try:
-        yield
-    finally:
-        info._calculate_mem_consumed = original

@@ -35,7 +35,7 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
             cuda = experiment.device_type == "cuda"
             row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name))
-            note = unmodelled(experiment, outliers)
+            note = unmodelled(experiment, outliers, shape)
             if note:
                 row["pred_note"] = note
         except Exception as exc:  # a prediction never stops the matrix: the run will measure it
@@ -101,17 +101,20 @@ def fused_mixer_kernels(model_name_or_path: str) -> list[str]:
     return [name for name in FUSED_MIXER_KERNELS.get(model_type, ()) if importlib.util.find_spec(name) is not None]
 
 
-def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str | None:
-    """What the fake step runs differently from the experiment, said rather than hidden behind a confident
-    figure: Liger's fused kernels (its fused linear cross-entropy never materialises the logits) and
-    torch.compile's fused graphs run as the model's eager modules there; 8-bit's outlier columns depend on the
-    data (`outliers`: with_outlier_columns' word on them). A quantized row also says how its weights were sized."""
-    settings = []
-    if experiment.value("training", "use_liger_kernel"):
-        settings.append("Liger's fused kernels (no logits are materialised: activations and temporaries "
-                        "are over-predicted)")
-    if experiment.value("training", "torch_compile"):
-        settings.append("torch.compile's fused graphs (eager modules predicted)")
+def unmodelled(experiment: ExperimentSpec, outliers: str | None = None, shape=None) -> str | None:
+    """How the plan modelled what the experiment turns on, and what the fake step runs differently from it, said
+    rather than hidden behind a confident figure: torch.compile, Liger and flex attention as planning.accelerations
+    models them (or why not), fused mixer kernels installed here (transformers' torch path is planned), 8-bit's
+    outlier columns (data-dependent: `outliers`, with_outlier_columns' word on them). A quantized row also says
+    how its weights were sized."""
+    from tunebench.experiment.models import load_config
+    from tunebench.planning.accelerations import notes as acceleration_notes
+
+    try:
+        model_type = getattr(load_config(experiment.model_name_or_path), "model_type", None)
+    except (OSError, ValueError):  # no config to read here: the prediction says so on its own
+        model_type = None
+    modelled, settings = acceleration_notes(experiment, shape or shape_and_sharding(experiment)[0], model_type)
     kernels = fused_mixer_kernels(experiment.model_name_or_path)
     if kernels:
         settings.append(f"the fused mixer kernels installed here ({', '.join(kernels)}); transformers' torch path "
@@ -121,7 +124,7 @@ def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str |
         # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)
         settings.append(f"8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
                         f"{outliers}; none predicted, so the peak is a lower bound)")
-    notes = []
+    notes = list(modelled)
     if experiment.value("model", "load_in_4bit") or experiment.value("model", "load_in_8bit"):
         notes.append("quantized base sized by fake tensors through bitsandbytes' own modules and fake kernels")
     if outliers is not None and not outliers.startswith("not counted"):

@@ -22,6 +22,7 @@ from typing import Any
 from tunebench.experiment.arguments import DataArguments, ModelArguments, PeftArguments
 from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.planning.accelerations import bound_extra, shape_fields
 from tunebench.planning.fake_step import StepShape, predict_step
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
         quantization=quantization_of(model) if quantization_of(model).enabled else None,
+        **shape_fields(spec, quantization_of(model).enabled),
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
 
@@ -98,6 +100,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     activations_max = step.pop("activations_max")
     grads_full = step.pop("grads_full")
     quant_state = step.pop("quant_state", 0)
+    autotune_operands = step.pop("autotune_operands", 0)
     if not cuda:
         # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
         # gradients every gradient at its full size.
@@ -112,6 +115,8 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     row["pred_mem_other"] = other
     row["pred_mem_quant_state"] = quant_state  # the part of pred_mem_params that is quantization state
     row["pred_mem_peak"] = sum(step[name] for name in CATEGORIES) + other
+    # what a setting whose figure is not exact adds to the peak's bound (planning.accelerations)
+    row["pred_mem_bound_extra"] = bound_extra(row["pred_mem_peak"], shape.compile_mode, autotune_operands)
     row["pred_attention"] = attention
     row["pred_seconds"] = time.monotonic() - started
     return row
