@@ -172,3 +172,29 @@ def test_max_autotune_widens_the_bound_by_the_largest_matmuls_operands():
     assert row["pred_mem_bound_extra"] == int(row["pred_mem_peak"] * 0.0070) + operands
     assert predict(shape.__class__(**{**shape.__dict__, "compile_mode": "default"}), Sharding(), cuda=True,
                    gpu_arch=90)["pred_mem_bound_extra"] == int(row["pred_mem_peak"] * 0.0070)
+
+
+def test_the_evidence_sweeps_run_the_fit_maps_edge_and_judge_it(tmp_path):
+    """scripts/gpu/acceleration_memory_doc.py: each fit-map row becomes two runs (its largest micro-batch and the
+    next), and a sweep is right only when the largest that ran is the map's and the next ran out of memory."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("doc", REPO / "scripts" / "gpu" / "acceleration_memory_doc.py")
+    doc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doc)
+    fit_map = tmp_path / "fit_map.csv"
+    pd.DataFrame([{"model_name_or_path": "preset:llama-tiny", "framework_config": "torch-compile",
+                   "max_micro_batch": 7, "pred_note": None}]).to_csv(fit_map, index=False)
+    out = tmp_path / "sweeps.yaml"
+    assert doc.sweeps(str(fit_map), str(REPO / "scripts" / "gpu" / "scenarios-acceleration-memory.yaml"), str(out)) == 0
+    runs = yaml.safe_load(out.read_text())["scenarios"]
+    assert [r["arguments"]["per_device_train_batch_size"] for r in runs] == [7, 8]
+    assert all(r["arguments"]["model_name_or_path"] == ["preset:llama-tiny"] for r in runs)
+    rows = pd.read_csv(fit_map)
+    for statuses, right in (({7: "ok", 8: "oom"}, True), ({7: "ok", 8: "ok"}, False), ({7: "oom", 8: "oom"}, False)):
+        measured = pd.DataFrame([{"model_name_or_path": "preset:llama-tiny", "framework_config": "torch-compile",
+                                  "per_device_train_batch_size": b, "status": s} for b, s in statuses.items()])
+        lines, misses = doc._sweeps(rows, measured)
+        assert (misses == 0) is right, lines
