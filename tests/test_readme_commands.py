@@ -101,12 +101,13 @@ def test_compare_and_report(out, env):
 
 
 def test_plan_for_a_gpu_on_this_machine(tmp_path, env):
-    proc = sh([sys.executable, "benchmark.py", "plan", "--device", "cuda", "--plan_device", "NVIDIA H100 80GB HBM3",
+    proc = sh([sys.executable, "benchmark.py", "plan", "--plan_device", "NVIDIA H100 80GB HBM3",
                "--run_only_scenarios", "full-finetuning", "--results_output_path", str(tmp_path)], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = pd.read_csv(tmp_path / "plan.csv")
     assert len(plan) == 2 and plan["pred_fits"].all()
     assert (plan["pred_mem_params"] == 2 * 1_235_814_400).all()  # the 1B preset's bf16 weights, exactly
+    assert (plan["device_type"] == "cuda").all()  # the GPU named: a CUDA plan (README "A GPU named is a GPU planned")
 
 
 def test_verify(env):

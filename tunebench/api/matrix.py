@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,9 @@ class Matrix:
     device_type: str
     gpus: list
     options: MatrixOptions
+    # Scenarios given in Python (not a file the options name), kept so the matrix can be built again for a device
+    scenario_file: ScenarioFile | None = field(default=None, repr=False, compare=False)
+    scenarios_source: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_yaml(cls, scenarios: str | None = None, **options) -> Matrix:
@@ -147,6 +150,13 @@ class Matrix:
         with api_words((MatrixOptions, PYTHON_SOURCE)):
             return build(checked, problems, scenario_file=scenario_file, scenarios_source=PYTHON_SOURCE)
 
+    def on_device(self, device: Device) -> Matrix:
+        """The same scenarios and options built for `device` (a GPU named to `plan` plans for CUDA)."""
+        from dataclasses import replace
+
+        return build(replace(self.options, device=Device(device)), scenario_file=self.scenario_file,
+                     scenarios_source=self.scenarios_source)
+
     def frame(self):
         """One row per experiment: its identity and settings, as the CSVs hold them."""
         from tunebench.results import summaries
@@ -165,6 +175,7 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
     every problem found (`problems`: a caller's own, such as the command line's, reported together with these)."""
     problems = list(problems or [])
     inputs = inputs or MatrixInputs.load(options, problems)
+    given = (scenario_file, scenarios_source) if scenario_file is not None else (None, None)
     if scenario_file is None:
         scenarios_source = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"
                                                                  else CPU_SCENARIOS))
@@ -181,7 +192,7 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
                                      "add a scenario, or check the matrix options"))
     if problems:
         raise InputError(problems)
-    return Matrix(experiments, inputs.device_type, inputs.gpus, options)
+    return Matrix(experiments, inputs.device_type, inputs.gpus, options, *given)
 
 
 def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: ScenarioFile, source: str,

@@ -63,6 +63,8 @@ class RunSettings:
     plan_device: str | None = checked_field("--plan_device", default=None, example="'80GiB'")
     # skip experiments predicted not to fit (implies plan)
     skip_predicted_oom: bool = checked_field("--skip_predicted_oom", default=False)
+    # a YAML of GPUs added to, or overriding, the GPU table plan_device resolves in
+    gpu_table: str | None = checked_field("--gpu_table", default=None, example="'my-gpus.yaml'")
     # by name: tunebench.execution.executors.EXECUTORS
     executor: str = checked_field("--executor", choices=EXECUTORS.names, default=Executor.LOCAL, example="'local'")
     # by name, where it fits an experiment: tunebench.execution.launchers.LAUNCHERS
@@ -94,7 +96,8 @@ class RunSettings:
                                              "LocalSettings(max_concurrent=2)"))
             else:
                 problems += field_problems(settings)
-        if not any(p.key == "plan_device" for p in problems) and (why := plan_device_problem(self.plan_device)):
+        if not any(p.key == "plan_device" for p in problems) and (why := plan_device_problem(
+                self.plan_device, gpu_table=self.gpu_table if isinstance(self.gpu_table, str) else None)):
             problems.append(InputProblem("RunSettings", "plan_device", why, "e.g. plan_device='80GiB'"))
         if not any(p.key == "extra_env" for p in problems):  # what an environment can hold (os.execve's rules)
             bad = [k for k, v in self.extra_env.items() if not k or "=" in k or "\0" in k or "\0" in v]
@@ -133,7 +136,7 @@ def prepare(matrix: Matrix, settings: RunSettings) -> dict[str, dict[str, Any]]:
         return {}
     from tunebench.api.planning import predictions
 
-    return predictions(matrix, settings.plan_device)
+    return predictions(matrix, settings.plan_device, settings.gpu_table)
 
 
 def run_options(matrix: Matrix, settings: RunSettings, predictions: dict, session: RunSession) -> RunOptions:

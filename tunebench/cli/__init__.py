@@ -65,16 +65,24 @@ def run_settings(options: argparse.Namespace, problems: list[InputProblem]) -> R
     return RunSettings(
         results_output_path=options.results_output_path, overwrite=options.overwrite, dry_run=options.dry_run,
         resume=not options.no_resume, timeout=options.timeout, plan=options.plan, plan_device=options.plan_device,
-        skip_predicted_oom=options.skip_predicted_oom, executor=options.executor, launcher=options.launcher,
+        skip_predicted_oom=options.skip_predicted_oom, gpu_table=options.gpu_table, executor=options.executor, launcher=options.launcher,
         trackers=tuple(options.trackers or ()), plugin_settings=read_plugin_settings(options, problems),
         cpu_slots=options.cpu_slots, exclusive_timing=options.exclusive_timing, preload=not options.no_preload,
         preload_models=options.preload_models, data_processing=not options.no_data_processing)
 
 
-def read_command_line(options: argparse.Namespace) -> tuple[Matrix, RunSettings]:
-    """The matrix and how to run it; InputError with every problem of the options and the files at once."""
+def read_command_line(options: argparse.Namespace, planning_only: bool = False) -> tuple[Matrix, RunSettings]:
+    """The matrix and how to run it; InputError with every problem of the options and the files at once. A GPU
+    named as --plan_device builds the matrix for CUDA where nothing runs here (`plan`, a dry run)."""
+    from tunebench.api.planning import device_to_plan
+
     problems: list[InputProblem] = []
     matrix_settings = matrix_options(options, problems)
+    try:
+        matrix_settings.device = device_to_plan(matrix_settings.device, options.plan_device,
+                                                not (planning_only or options.dry_run), options.gpu_table)
+    except InputError as exc:
+        problems += exc.problems
     settings = run_settings(options, problems)
     for broken in unnamed_broken_plugins({settings.executor, settings.launcher, *settings.trackers}):
         logger.warning("%s; its options are absent", broken)
@@ -105,7 +113,7 @@ def _write_fit_map(options: argparse.Namespace, matrix: Matrix) -> int:
     """`plan --fit_map`: the largest micro-batch that fits, per model × framework config × PEFT × length."""
     from tunebench.api.planning import fit_map_frame
 
-    frame = fit_map_frame(matrix, options.plan_device)
+    frame = fit_map_frame(matrix, options.plan_device, options.gpu_table)
     print(frame.drop(columns=["pred_note"]).to_string(index=False))
     path = Path(options.results_output_path) / results_folder.FIT_MAP
     write_atomic(path, frame.to_csv(index=False))
@@ -117,12 +125,12 @@ def _write_plan(options: argparse.Namespace, matrix: Matrix) -> int:
     from tunebench.api.planning import plan, predictions
     from tunebench.planning.plan_matrix import plan_table, table_notes
 
-    found = predictions(matrix, options.plan_device)
+    found = predictions(matrix, options.plan_device, options.gpu_table, runs_here=False)
     print(plan_table(matrix.experiments, found).to_string(index=False))
     for note in table_notes(matrix.experiments, found):
         print(f"note: {note}")
     path = Path(options.results_output_path) / results_folder.PLAN
-    write_atomic(path, plan(matrix, options.plan_device, found).to_csv(index=False))
+    write_atomic(path, plan(matrix, options.plan_device, found, options.gpu_table).to_csv(index=False))
     print(f"wrote {path}")
     return 0
 
@@ -204,7 +212,7 @@ def _checked_run(options: argparse.Namespace, planning_only: bool) -> int:
             raise InputError(problems)
         with results_lock(Path(options.results_output_path)):
             return write_projection(options)
-    matrix, settings = read_command_line(options)
+    matrix, settings = read_command_line(options, planning_only)
     if planning_only:
         return _plan_command(options, matrix)
     return _run_command(options, matrix, settings)

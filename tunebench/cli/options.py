@@ -139,16 +139,17 @@ def _run_options(opt) -> None:
         "run nothing (no GPU needed); never rewrites the files of an experiment that already ran")
     opt("--plan", action="store_true", help="predict each experiment's memory before launching it (`pred_*` "
         "columns); `benchmark.py plan` predicts only, prints the table and writes `<out>/plan.csv`")
-    opt("--plan_device", metavar="GPU|SIZE", default=None, help="GPU to plan for: a name (\"NVIDIA H100 80GB "
-        "HBM3\") or a size (`80GiB`); default the GPUs present. On a CPU matrix, a per-process budget")
+    opt("--plan_device", metavar="GPU|SIZE", default=None, help="GPU to plan for: a name of the GPU table (\"NVIDIA "
+        "H100 80GB HBM3\"; a name plans for CUDA, and contradicts --device cpu) or a size (`80GiB`); default the "
+        "GPUs present. A size on a CPU matrix is a per-process budget")
     opt("--fit_map", action="store_true", help="with `benchmark.py plan`: instead of the matrix's rows, the largest "
         "micro-batch predicted to fit the GPU (--plan_device or the one here) per model × framework config × PEFT "
         "× sequence length, in `<out>/fit_map.csv`")
     opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
         "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
         "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README \"Projection\")")
-    opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the projection's GPU table "
-        "(`tunebench/planning/projection/gpus.yaml`)")
+    opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the GPU table that --plan_device "
+        "names resolve in (`tunebench/planning/projection/gpus.yaml`: memory, compute capability, rates)")
     opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
         "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
     opt("--project_num_gpus", type=int, default=None, metavar="N",

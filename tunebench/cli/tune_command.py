@@ -59,11 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "of its experiments); when spent, the best so far is the answer (marked unconfirmed)")
     opt("--results_output_path", default="results-tune", help="results folder (as benchmark.py's)")
     opt("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto` = cuda when GPUs are present")
-    opt("--plan_device", default=None, help="GPU memory to fit (a name or a size, e.g. 80GiB); default the GPU "
-        "present; on CPU a per-process budget")
-    opt("--project_to", default=None, help="rank the points for this GPU kind (a name of the projection's GPU "
+    opt("--plan_device", default=None, help="GPU memory to fit (a name of the GPU table, or a size, e.g. 80GiB); "
+        "default the GPU present; a size on CPU is a per-process budget (a GPU name contradicts a CPU run)")
+    opt("--project_to", default=None, help="rank the points for this GPU kind (a name of the GPU "
         "table), from the runs here projected onto it (README \"Projection\"); it also prunes what would not fit it")
-    opt("--gpu_table", default=None, help="a YAML of GPU figures for --project_to (gpus.yaml's form)")
+    opt("--gpu_table", default=None, help="a YAML of GPU figures for --project_to and --plan_device (gpus.yaml's "
+        "form)")
     opt("--lora_ranks", nargs="+", type=int, default=[16], help="LoRA ranks in the space")
     opt("--micro_batches", nargs="+", type=int, default=None,
         help="per-device micro-batches (default every divisor of the per-device batch)")

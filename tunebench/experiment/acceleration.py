@@ -33,15 +33,17 @@ class Problem:
     fix: str
 
 
-def problems(entry: dict[str, dict], device_type: str) -> list[Problem]:
-    """Exit-2 problems of one experiment's typed values (entry: {group: {key: value}}) on `device_type`."""
+def problems(entry: dict[str, dict], device_type: str, installed_here: bool = True) -> list[Problem]:
+    """Exit-2 problems of one experiment's typed values (entry: {group: {key: value}}) on `device_type`.
+    `installed_here`: the experiment could run on this machine, so its kernels must be installed here (a CUDA
+    experiment on a machine without GPUs is planned or written out for another: its GPU kernels are not)."""
     model, training = entry.get("model", {}), entry.get("training", {})
     found: list[Problem] = []
     quant = setting_problem(model)
     if quant:
         found.append(Problem(*quant))
     if training.get("use_liger_kernel"):
-        if importlib.util.find_spec("liger_kernel") is None:
+        if importlib.util.find_spec("liger_kernel") is None and (installed_here or device_type != "cuda"):
             found.append(Problem("use_liger_kernel", "Liger kernels need liger-kernel, which is not installed",
                                  LIGER_FIX))
         elif device_type == "cpu":

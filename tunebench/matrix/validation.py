@@ -91,7 +91,7 @@ def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tup
     return typed, []
 
 
-def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
+def _problems_of(spec: ExperimentSpec, sources: Sources, cuda_here: bool = True) -> list[InputProblem]:
     """What the typed values say: ranges, the model and the data, memory logging, the step windows."""
     problems = []
     for key, problem in range_problems(spec.entry, ENTRY_GROUPS).items():
@@ -112,7 +112,7 @@ def _problems_of(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
         source, where = sources.origin(spec, "training_data_path")
         problems.append(InputProblem(source, where, data_problem,
                                      "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
-    for found in acceleration.problems(spec.entry, spec.device_type):
+    for found in acceleration.problems(spec.entry, spec.device_type, installed_here=cuda_here):
         source, where = sources.origin(spec, found.key)
         problems.append(InputProblem(source, where, found.message, found.fix))
     try:
@@ -145,7 +145,7 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
             typed, found = _typed(experiment, sources, cuda_here)
             if typed is not None:
                 spec = dataclasses.replace(experiment, entry=typed)
-                found = _problems_of(spec, sources)
+                found = _problems_of(spec, sources, cuda_here)
         for problem in found:
             if (problem.source, problem.key, problem.message) not in seen:
                 seen.add((problem.source, problem.key, problem.message))

@@ -12,23 +12,13 @@ backward what that kernel saves; for a CPU target the real CPU kernels run, as i
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 
 logger = logging.getLogger(__name__)
 
-# Compute capability by GPU name (the --plan_device names tunebench knows); unknown names are taken as Hopper,
-# the GPUs the memory prediction was measured on.
-_ARCH = (("H200", 90), ("H100", 90), ("H800", 90), ("GH200", 90), ("B200", 100), ("A100", 80), ("A800", 80),
-         ("A10", 86), ("L40", 89), ("L4", 89), ("V100", 70))
-HOPPER = 90
-
-
-def architecture(device_name: str | None) -> int:
-    for key, arch in _ARCH:
-        if device_name and key in device_name:
-            return arch
-    return HOPPER
+HOPPER = 90  # the compute capability assumed when a target's is unknown: the GPUs the prediction was measured on
 
 
 def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:
@@ -52,69 +42,82 @@ def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, ena
     return "math"
 
 
-def _make_function():
+@functools.lru_cache(maxsize=1)
+def _fused_function():
     import torch
+
+    from tunebench.planning.kernel_ops import fused_gradients, fused_outputs
 
     class FusedAttention(torch.autograd.Function):
         """Shapes, dtypes and saved tensors of a fused SDPA kernel; no arithmetic (the step is fake)."""
 
         @staticmethod
         def forward(ctx, query, key, value, attn_mask, kernel: str):
-            # The output keeps the query's memory layout, as the kernels allocate it, so the model's
-            # `transpose(1, 2).contiguous()` afterwards copies exactly when it copies on the GPU.
-            out = torch.empty_like(query) if value.shape[-1] == query.shape[-1] else query.new_empty(
-                (*query.shape[:-1], value.shape[-1]))
-            rows = query.shape[-2]
-            if kernel == "efficient":  # its log-sum-exp is padded to 32 query rows
-                rows = math.ceil(rows / 32) * 32
-            lse = torch.empty((*query.shape[:-2], rows), dtype=torch.float32)
+            out, lse = fused_outputs(query, value, kernel)
             saved = [query, key, value, out, lse]
             if attn_mask is not None:
                 saved.append(attn_mask)  # the bias is an input of the fused kernels' backward
             ctx.save_for_backward(*saved)
             ctx.kernel = kernel
-            ctx.has_mask = attn_mask is not None
             return out
 
         @staticmethod
         def backward(ctx, grad_out):
-            query, key, value = ctx.saved_tensors[:3]
-            grads = (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value))
-            if ctx.kernel == "flash":  # flash's backward accumulates dQ in float32
-                accumulator = torch.empty(query.shape, dtype=torch.float32)
-                del accumulator
-            return (*grads, None, None)
+            return (*fused_gradients(*ctx.saved_tensors[:3], ctx.kernel), None, None)
 
     return FusedAttention
 
 
-@contextlib.contextmanager
-def gpu_attention(arch: int, chosen: list):
+class gpu_attention:  # noqa: N801 - used as `with gpu_attention(arch, chosen):`, a context like the others
     """While the fake step runs: SDPA as the GPU of compute capability `arch` would run it. Every call's kernel
-    is appended to `chosen` (the prediction reports them as `pred_attention`)."""
-    import torch.nn.functional as F
+    is appended to `chosen` (the prediction reports them as `pred_attention`). The same stand-in is installed at
+    every entry: a compiled model's warm-up and measured step must see the same function (dynamo guards on it).
+    Under torch.compile the kernel is an opaque op (planning.kernel_ops), which the partitioner must save for."""
 
-    original = F.scaled_dot_product_attention
-    fused = _make_function()
+    def __init__(self, arch: int, chosen: list):
+        import torch.nn.functional as F
 
-    def stand_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        # Autocast casts at the op's dispatch, which this Python function never reaches: cast as CUDA's autocast
-        # casts SDPA's float32 tensors (its lower-precision list), so the kernel saves the copies it would save
-        # (float32 queries reach it from an 8-bit layer fed by a float32 LayerNorm: gpt-bigcode lora-int8's peak was
-        # over-predicted by 5.9 % on H100 without this cast, 0.01 % with it).
-        query, key, value, attn_mask = _autocast_lower(query, key, value, attn_mask)
-        kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch, enable_gqa)
-        chosen.append(kernel)
-        if kernel == "math":
-            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                            scale=scale, enable_gqa=enable_gqa)
-        return fused.apply(query, key, value, _as_bias(attn_mask, query.dtype, kernel), kernel)
+        self.original = F.scaled_dot_product_attention
+        self.stand_in = self._stand_in(arch, chosen, self.original)
 
-    F.scaled_dot_product_attention = stand_in
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = original
+    @staticmethod
+    def _stand_in(arch: int, chosen: list, original):
+        import torch
+
+        from tunebench.planning.kernel_ops import fused_attention_op
+
+        fused = _fused_function()
+        fused_attention_op()  # registered before any tracing (a registration traced by dynamo breaks its graph)
+
+        def stand_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            # Autocast casts at the op's dispatch, which this Python function never reaches: cast as CUDA's autocast
+            # casts SDPA's float32 tensors (its lower-precision list), so the kernel saves the copies it would save
+            # (float32 queries reach it from an 8-bit layer fed by a float32 LayerNorm: gpt-bigcode lora-int8's peak
+            # was over-predicted by 5.9 % on H100 without this cast, 0.01 % with it).
+            query, key, value, attn_mask = _autocast_lower(query, key, value, attn_mask)
+            kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch, enable_gqa)
+            if not torch.compiler.is_compiling():  # a compiled step's kernels are the op's to record (kernel_ops)
+                chosen.append(kernel)
+            if kernel == "math":
+                return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                scale=scale, enable_gqa=enable_gqa)
+            bias = _as_bias(attn_mask, query.dtype, kernel)
+            if torch.compiler.is_compiling():
+                return torch.ops.tunebench.fused_attention(query, key, value, bias, kernel)[0]
+            return fused.apply(query, key, value, bias, kernel)
+
+        return stand_in
+
+    def __enter__(self):
+        import torch.nn.functional as F
+
+        F.scaled_dot_product_attention = self.stand_in
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch.nn.functional as F
+
+        F.scaled_dot_product_attention = self.original
 
 
 def _as_bias(attn_mask, dtype, kernel: str):

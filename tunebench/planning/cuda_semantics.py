@@ -15,6 +15,7 @@ checkpointed layer enters its own through the checkpoint's `context_fn` (`recomp
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 logger = logging.getLogger(__name__)
@@ -82,9 +83,19 @@ def _autocast_on() -> bool:
 
 def cuda_rules():
     """A torch function mode applying CUDA's autocast float32 policy and CUDA's dropout to CPU fake tensors."""
+    return _rules_class()()
+
+
+@functools.lru_cache(maxsize=1)
+def _rules_class():
+    """The mode's class, made once: torch.compile guards on the types of the function modes in force, so every step
+    (a compiled model's warm-up and its measured step) must see the same class."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_map
+
+    global _LOWER
+    _LOWER = (torch.float16, torch.bfloat16)  # set before any tracing: a global set while dynamo traces is a guard
 
     def to_fp32(value):
         return value.float() if _lower_precision(value) else value
@@ -106,7 +117,7 @@ def cuda_rules():
                         args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)
             return func(*args, **kwargs)
 
-    return CudaRules()
+    return CudaRules
 
 
 def _float32_unless_given(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -17,12 +17,6 @@ from dataclasses import dataclass
 
 from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
 from tunebench.experiment.sharding import Fsdp
-from tunebench.planning.fake_patches import (
-    cuda_block_rounding,
-    grouped_mm_fallback_unless_bf16,
-    packed_rows_only_if,
-    peak_only,
-)
 from tunebench.planning.int8_outliers import OutlierColumns
 from tunebench.planning.quantized import (
     fake_kernels,
@@ -31,6 +25,13 @@ from tunebench.planning.quantized import (
     module_quant_state_bytes,
     quant_state_bytes,
     quantize_meta,
+)
+from tunebench.planning.step_contexts import (
+    cuda_block_rounding,
+    grouped_mm_fallback_unless_bf16,
+    kernels_as_the_gpu,
+    packed_rows_only_if,
+    peak_only,
 )
 from tunebench.verify.peak_rules import rounded
 
@@ -67,6 +68,8 @@ class StepShape:
     attn_implementation: str | None = None
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
     quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
+    compile_mode: str | None = None  # torch.compile's mode (`default`, ...); None: eager (planning.compiled_step)
+    liger: bool = False  # Liger's kernels (planning.liger_kernels)
     int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
     fsdp: Fsdp | None = None  # FSDP2 over `world` ranks: the step of rank 0 (planning.sharded_step)
     world: int = 1
@@ -146,6 +149,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from tunebench.planning.attention_kernels import summary
+    from tunebench.planning.compiled_step import inductor_plans
     from tunebench.planning.sharded_step import (
         fake_ranks,
         flat_storage_checks,
@@ -157,9 +161,11 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = _model(shape)
     sharded = shape.fsdp is not None and shape.world > 1
+    compiled = inductor_plans(cuda=bool(gpu_arch)) if shape.compile_mode else contextlib.nullcontext()
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
             (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, flat_storage_checks(), \
-            FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_fallback_unless_bf16(shape.dtype):
+            FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_fallback_unless_bf16(shape.dtype), compiled, \
+            kernels_as_the_gpu(shape, model, config, gpu_arch):
         _to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:
@@ -177,6 +183,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         kept = held_between_steps(model, block) if sharded else 0
         if sharded and shape.quantization is not None:
             kept += module_quant_state_bytes(model, block)
+    if gpu_arch and shape.attn_implementation == "flex_attention":
+        step.chosen.append("flex")
     out = _categories(snapshot, optimizer, step.rules, block, held)
     # what the rank keeps between steps (FSDP1's flat gradients) is the scanner's `other`, not a temporary
     out["kept"] = min(kept, out["temporaries"])
@@ -189,6 +197,10 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["params"] += out["quant_state"]
     out["peak"] += out["quant_state"]
     out["attention"] = summary(step.chosen)
+    if shape.compile_mode:
+        from tunebench.planning.compiled_step import largest_matmul
+
+        out["autotune_operands"] = largest_matmul()
     return out
 
 
@@ -215,13 +227,16 @@ class _TracedStep:
     def __init__(self, shape: StepShape, config, gpu_arch: int | None, round_to_cuda_blocks: bool, block: int):
         from torch.distributed._tools.mem_tracker import MemTracker
 
+        from tunebench.planning.compiled_step import ignoring_compile
         from tunebench.verify.peak_rules import observed_tracker
 
         self.shape, self.config, self.gpu_arch = shape, config, gpu_arch
         self.round, self.block = round_to_cuda_blocks, block
-        self.tracker = observed_tracker(peak_only(MemTracker))()
-        self.rules = self.meter = None
+        tracker = observed_tracker(peak_only(MemTracker))
+        self.tracker = (ignoring_compile(tracker) if shape.compile_mode else tracker)()
+        self.compiled = None
         self.chosen: list[str] = []
+        self.rules = self.meter = None
 
     def run(self, model, optimizer, trainable: list) -> None:
         import torch
@@ -232,11 +247,16 @@ class _TracedStep:
         # The batch exists before the tracker looks (as the Trainer's batch does before its step).
         ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
         mask = torch.ones_like(ids) if self.shape.padded else None
+        if self.shape.compile_mode:
+            self._compile(model, trainable, ids, mask)
         if self.shape.fsdp is not None and self.shape.world > 1:
             self._warm_up(model, optimizer, trainable, ids, mask)
         ignore_frozen_parameters(self.tracker, model)
         with cuda_block_rounding(self.round):
             self.tracker.track_external(model, optimizer)  # sized (and rounded) when registered
+        from tunebench.planning import kernel_ops
+
+        kernel_ops.CALLED.clear()
         with cuda_block_rounding(self.round), self.tracker, packed_rows_only_if(self.shape.packed):
             if self.shape.grad_accum > 1:
                 # With accumulation the peak is in a micro-batch that starts with every gradient already there
@@ -254,6 +274,39 @@ class _TracedStep:
             optimizer.zero_grad(set_to_none=True)
             if self.rules is not None:
                 self.rules.finish()
+        if self.compiled is not None:
+            self.chosen.extend(kernel_ops.CALLED)
+
+    def _compile(self, model, trainable: list, ids, mask) -> None:
+        """torch.compile the model and run one step before the tracker looks: dynamo compiles the forward and
+        AOTAutograd the backward (lazily) into memory plans (planning.compiled_step), as a run's step 1 does."""
+        import torch
+
+        from tunebench.planning.cuda_semantics import applied
+
+        self.compiled = torch.compile(model)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        attention, _ = self._attention()
+        with packed_rows_only_if(self.shape.packed):
+            with autocast, attention, applied(bool(self.gpu_arch)):
+                loss = _loss(self.compiled, ids, mask)
+            loss.backward()
+        for p in trainable:
+            p.grad = None
+
+    def _attention(self):
+        """(forward, backward) attention contexts: the GPU's kernels (the same stand-in at every entry, which a
+        compiled model's guards need), or the CPU's; a compiled CPU step traces torch's own SDPA, as a CPU run's
+        compilation does."""
+        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
+
+        if self.gpu_arch:
+            if not hasattr(self, "_gpu_attention"):
+                self._gpu_attention = (gpu_attention(self.gpu_arch, self.chosen), gpu_attention(self.gpu_arch, []))
+            return self._gpu_attention
+        if self.shape.compile_mode:
+            return contextlib.nullcontext(), contextlib.nullcontext()
+        return cpu_attention(self.chosen), cpu_attention([])
 
     def _warm_up(self, model, optimizer, trainable: list, ids, mask) -> None:
         """One whole step before the measured one, as the scanner measures a step after warm-up: FSDP2 sets up
@@ -281,7 +334,6 @@ class _TracedStep:
     def _forward_backward(self, model, trainable: list, ids, mask) -> None:
         import torch
 
-        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
         from tunebench.planning.cuda_semantics import applied
 
         shape, rules = self.shape, self.rules
@@ -292,15 +344,14 @@ class _TracedStep:
         # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
-        attention = gpu_attention(self.gpu_arch, self.chosen) if self.gpu_arch else cpu_attention(self.chosen)
         # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
-        attention_backward = gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
+        attention, attention_backward = self._attention()
         # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).
         with autocast, self.meter.hooks(), attention, applied(bool(self.gpu_arch)):
             # Like Trainer.training_step: the outputs (logits) are dropped before backward. No KV cache, as
             # TRL's compute_loss asks: a cache keeps concatenated copies of keys and values, which changes
             # what attention saves (phi3's fused qkv: 24 MiB a layer, measured on H100).
-            loss = _loss(model, ids, mask) / shape.grad_accum
+            loss = _loss(model if self.compiled is None else self.compiled, ids, mask) / shape.grad_accum
         if rules is not None:
             rules.backward_open = True
         with attention_backward:

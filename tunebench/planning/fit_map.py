@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tunebench.planning.allocator_slack import verdict_columns
-from tunebench.planning.plan_matrix import with_outlier_columns
+from tunebench.planning.plan_matrix import unmodelled, with_outlier_columns
 from tunebench.planning.predict import memory_text, predict, shape_and_sharding, usable_bytes
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,9 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
         # 8-bit rows keep outlier columns counted on the experiment's own micro-batch; more tokens can only add
         # columns, so the map's larger micro-batches are lower bounds there, and the row says so.
         shape, outliers = with_outlier_columns(experiment, shape)
-        counted = f"8-bit outlier columns counted at micro-batch {shape.micro_batch}: {outliers}" if outliers else None
+        counted = "; ".join(filter(None, [
+            f"8-bit outlier columns counted at micro-batch {shape.micro_batch}: {outliers}" if outliers else None,
+            unmodelled(experiment, None, shape)])) or None
         cuda = experiment.device_type == "cuda"
         memo: dict[int, dict[str, Any]] = {}
 

@@ -17,16 +17,15 @@ GIB = 1024**3
 
 
 def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, host_budget: bool = False,
-                     device_name: str | None = None) -> dict[str, dict[str, Any]]:
+                     device_name: str | None = None, gpu_arch: int | None = None) -> dict[str, dict[str, Any]]:
     """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
 
     `capacity` is one GPU's memory; CPU experiments are judged against it only when `host_budget` (the user
-    gave --plan_device on a CPU matrix: a per-process memory budget). `device_name` (--plan_device or the GPU
-    present) decides which attention kernels the GPU runs (planning.attention_kernels).
+    gave a size as --plan_device on a CPU matrix: a per-process memory budget). `gpu_arch`, the target's compute
+    capability (planning.gpu_target), decides which attention kernels the GPU runs (planning.attention_kernels);
+    without it, the GPU table's entry for `device_name`, else Hopper's.
     """
-    from tunebench.planning.attention_kernels import architecture
-
-    arch = architecture(device_name)
+    arch = gpu_arch if gpu_arch is not None else table_arch(device_name)
     cache: dict = {}
     out: dict[str, dict[str, Any]] = {}
     for experiment in experiments:
@@ -36,7 +35,7 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
             cuda = experiment.device_type == "cuda"
             row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name))
-            note = unmodelled(experiment, outliers)
+            note = unmodelled(experiment, outliers, shape)
             if note:
                 row["pred_note"] = note
         except Exception as exc:  # a prediction never stops the matrix: the run will measure it
@@ -47,6 +46,14 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
                     memory_text(row["pred_mem_peak"]) if row.get("pred_mem_peak") else "unknown")
         out[experiment.experiment_id] = row
     return out
+
+
+def table_arch(device_name: str | None) -> int | None:
+    """The compute capability the shipped GPU table gives `device_name` (None: not in it)."""
+    from tunebench.planning.projection.gpu_table import load_table
+
+    gpu = load_table().lookup(device_name)
+    return gpu.arch() if gpu else None
 
 
 def with_outlier_columns(experiment: ExperimentSpec, shape):
@@ -94,17 +101,20 @@ def fused_mixer_kernels(model_name_or_path: str) -> list[str]:
     return [name for name in FUSED_MIXER_KERNELS.get(model_type, ()) if importlib.util.find_spec(name) is not None]
 
 
-def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str | None:
-    """What the fake step runs differently from the experiment, said rather than hidden behind a confident
-    figure: Liger's fused kernels (its fused linear cross-entropy never materialises the logits) and
-    torch.compile's fused graphs run as the model's eager modules there; 8-bit's outlier columns depend on the
-    data (`outliers`: with_outlier_columns' word on them). A quantized row also says how its weights were sized."""
-    settings = []
-    if experiment.value("training", "use_liger_kernel"):
-        settings.append("Liger's fused kernels (no logits are materialised: activations and temporaries "
-                        "are over-predicted)")
-    if experiment.value("training", "torch_compile"):
-        settings.append("torch.compile's fused graphs (eager modules predicted)")
+def unmodelled(experiment: ExperimentSpec, outliers: str | None = None, shape=None) -> str | None:
+    """How the plan modelled what the experiment turns on, and what the fake step runs differently from it, said
+    rather than hidden behind a confident figure: torch.compile, Liger and flex attention as planning.accelerations
+    models them (or why not), fused mixer kernels installed here (transformers' torch path is planned), 8-bit's
+    outlier columns (data-dependent: `outliers`, with_outlier_columns' word on them). A quantized row also says
+    how its weights were sized."""
+    from tunebench.experiment.models import load_config
+    from tunebench.planning.accelerations import notes as acceleration_notes
+
+    try:
+        model_type = getattr(load_config(experiment.model_name_or_path), "model_type", None)
+    except (OSError, ValueError):  # no config to read here: the prediction says so on its own
+        model_type = None
+    modelled, settings = acceleration_notes(experiment, shape or shape_and_sharding(experiment)[0], model_type)
     kernels = fused_mixer_kernels(experiment.model_name_or_path)
     if kernels:
         settings.append(f"the fused mixer kernels installed here ({', '.join(kernels)}); transformers' torch path "
@@ -114,7 +124,7 @@ def unmodelled(experiment: ExperimentSpec, outliers: str | None = None) -> str |
         # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)
         settings.append(f"8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
                         f"{outliers}; none predicted, so the peak is a lower bound)")
-    notes = []
+    notes = list(modelled)
     if experiment.value("model", "load_in_4bit") or experiment.value("model", "load_in_8bit"):
         notes.append("quantized base sized by fake tensors through bitsandbytes' own modules and fake kernels")
     if outliers is not None and not outliers.startswith("not counted"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from tunebench.experiment.arguments import DataArguments, ModelArguments, PeftAr
 from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.sharding import fsdp_of
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.planning.accelerations import bound_extra, shape_fields
 from tunebench.planning.fake_step import StepShape, predict_step
 
 logger = logging.getLogger(__name__)
@@ -30,10 +30,6 @@ logger = logging.getLogger(__name__)
 GIB = 1024**3
 CUBLAS_WORKSPACES = 68_357_632  # scan_mem_other of one process on H100 (docs/evidence/throughput-h100)
 CONTEXT_RESERVE = GIB  # CUDA context (~780 MiB measured) + allocator fragmentation headroom
-# nvidia-smi memory.total (MiB) of common training GPUs, for --plan_device by name.
-DEVICE_MIB = (("H200", 143771), ("H100 80GB", 81559), ("H100 NVL", 95830), ("H100 PCIe", 81559), ("H100", 81559),
-              ("A100-SXM4-80GB", 81920), ("A100 80GB", 81920), ("A100", 40960), ("L40S", 46068), ("L4", 23034),
-              ("B200", 183359), ("A10G", 23028))
 CATEGORIES = ("params", "buffers", "grads", "optimizer", "activations", "temporaries")
 
 
@@ -42,21 +38,6 @@ def memory_text(size: float) -> str:
     if abs(size) >= GIB:
         return f"{size / GIB:.2f} GiB"
     return f"{size / 2**20:.1f} MiB" if abs(size) >= 2**20 else f"{size / 2**10:.1f} KiB"
-
-
-def device_capacity(spec: str | None, detected_mib: float | None) -> int | None:
-    """Bytes of one GPU: a size ('80GiB', '24GB', '81559MiB'), a GPU name, else the GPU present."""
-    if spec:
-        match = re.fullmatch(r"\s*([\d.]+)\s*(GiB|GB|MiB|MB)\s*", spec, re.I)
-        if match:
-            scale = {"gib": GIB, "gb": 10**9, "mib": 1024**2, "mb": 10**6}[match.group(2).lower()]
-            return int(float(match.group(1)) * scale)
-        for key, mib in DEVICE_MIB:
-            if key.lower() in spec.lower():
-                return mib * 1024**2
-        raise ValueError(f"--plan_device {spec!r}: not a size (e.g. 80GiB) nor a known GPU "
-                         f"({', '.join(k for k, _ in DEVICE_MIB)})")
-    return int(detected_mib * 1024**2) if detected_mib else None
 
 
 @dataclass(frozen=True)
@@ -96,6 +77,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         quantization=quantization if quantization.enabled else None,
         # FSDP runs in the fake step itself (planning.sharded_step)
         fsdp=fsdp_setting, world=spec.num_gpus if fsdp else 1,
+        **shape_fields(spec, quantization.enabled),
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
 
@@ -103,7 +85,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
 def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None,
             gpu_arch: int | None = None) -> dict[str, Any]:
     """`pred_mem_*` columns of one rank (bytes), `pred_attention` and `pred_seconds`. `gpu_arch`: the CUDA
-    target's compute capability (planning.attention_kernels.architecture; Hopper when unknown)."""
+    target's compute capability (the GPU table's, planning.gpu_target; Hopper when unknown)."""
     from tunebench.planning.attention_kernels import HOPPER
 
     started = time.monotonic()
@@ -120,6 +102,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     grads_full = step.pop("grads_full")
     quant_state = step.pop("quant_state", 0)
     kept = step.pop("kept", 0)
+    autotune_operands = step.pop("autotune_operands", 0)
     if not cuda:
         # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
         # gradients every gradient at its full size.
@@ -132,6 +115,8 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     row["pred_mem_other"] = other
     row["pred_mem_quant_state"] = quant_state  # the part of pred_mem_params that is quantization state
     row["pred_mem_peak"] = sum(step[name] for name in CATEGORIES) + other
+    # what a setting whose figure is not exact adds to the peak's bound (planning.accelerations)
+    row["pred_mem_bound_extra"] = bound_extra(row["pred_mem_peak"], shape.compile_mode, autotune_operands)
     row["pred_attention"] = attention
     row["pred_seconds"] = time.monotonic() - started
     return row

@@ -82,6 +82,11 @@ def upper(predicted: int, category: str, gpu_name: str | None = None, alloc_conf
 
 
 def upper_columns(prediction: dict[str, Any], gpu_name: str | None = None) -> dict[str, int]:
-    """`pred_mem_<category>_upper` for every category the prediction holds."""
-    return {f"pred_mem_{c}_upper": upper(int(prediction[f"pred_mem_{c}"]), c, gpu_name)
-            for c in CATEGORIES if isinstance(prediction.get(f"pred_mem_{c}"), (int, float))}
+    """`pred_mem_<category>_upper` for every category the prediction holds; the peak's adds what a setting whose
+    figure is not exact widens it by (`pred_mem_bound_extra`, planning.accelerations)."""
+    out = {f"pred_mem_{c}_upper": upper(int(prediction[f"pred_mem_{c}"]), c, gpu_name)
+           for c in CATEGORIES if isinstance(prediction.get(f"pred_mem_{c}"), (int, float))}
+    extra = prediction.get("pred_mem_bound_extra")
+    if "pred_mem_peak_upper" in out and isinstance(extra, int):
+        out["pred_mem_peak_upper"] += extra
+    return out

@@ -276,7 +276,9 @@ REGISTRY: tuple[Column, ...] = (
     _m("pred_capacity_bytes", "bytes", None, "memory", S_PRED, "one GPU's memory (--plan_device or the GPU present)"),
     _m("pred_mem_<category>_upper", "bytes", None, "memory", S_PRED,
        "calibrated upper bound (CUDA): the prediction × (1 + the largest under-prediction measured for this GPU and "
-       "allocator setting in tunebench/planning/residuals.csv, which every evidence run extends); `peak` too"),
+       "allocator setting in tunebench/planning/residuals.csv, which every evidence run extends); `peak` too, plus "
+       "`pred_mem_bound_extra` (torch.compile rows: compiled steps' largest measured under-prediction, and "
+       "max-autotune's benchmark operands; planning/accelerations.py)"),
     _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak_upper + the allocator's slack measured over it at a GPU's edge (pred_mem_peak on CPU); compare with scan_mem_peak_reserved at the edge (below it the cache keeps more)"),
     _k("pred_fits", METRIC, "-", S_PRED, "pred_mem_reserved ≤ capacity − 1 GiB (CUDA context)"),
     _m("pred_fit_margin_bytes", "bytes", None, "memory", S_PRED, "usable capacity − pred_mem_reserved (negative: OOM)"),
@@ -287,7 +289,9 @@ REGISTRY: tuple[Column, ...] = (
     _m("pred_error_<category>", "fraction", None, "stability", S_PRED,
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     _k("pred_note", METRIC, "-", S_PRED,
-       "why a `pred_error_*` is empty although both figures exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
+       "how the prediction modelled what the row turns on (torch.compile, Liger, flex attention, a quantized base, "
+       "8-bit outlier columns) and what it does not model; why a `pred_error_*` is empty although both figures "
+       "exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
     *(Column(n, kind, unit, meaning, extra.S_PROJ, direction or Direction.IGNORE, family)
       for n, kind, unit, direction, family, meaning in extra.PROJECTION_COLUMNS),
     # ---------------------------------------------------------------- environment

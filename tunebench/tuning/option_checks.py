@@ -121,10 +121,11 @@ def source_problems(ns) -> list[InputProblem]:
     return problems
 
 
-def plan_device_problem(spec: str | None) -> InputProblem | None:
+def plan_device_problem(spec: str | None, gpu_table: str | None = None) -> InputProblem | None:
+    """--plan_device: a size a device has, or a GPU of the GPU table (planning.gpu_target, as `plan` resolves it)."""
     from tunebench.api.planning import plan_device_problem as device_problem
 
-    why = device_problem(spec, smallest=1)
+    why = device_problem(spec, smallest=1, gpu_table=gpu_table)
     return _problem("plan_device", why, "a size or a GPU name, e.g. --plan_device 80GiB") if why else None
 
 
@@ -149,16 +150,17 @@ def config_file_problems(ns) -> list[InputProblem]:
 
 
 def project_to_problems(target: str | None, gpu_table: str | None, num_gpus: int) -> list[InputProblem]:
-    """--project_to: a GPU of the table (the shipped one merged with --gpu_table's), and runs on one GPU."""
+    """--gpu_table readable, and --project_to a GPU of the table (the shipped one merged with --gpu_table's), runs on
+    one GPU."""
     from tunebench.planning.projection.gpu_table import load_table
 
-    if target is None:
-        return [_problem("gpu_table", "is only read with --project_to", "add --project_to GPU, or leave it out")] \
-            if gpu_table else []
     try:
         table = load_table(gpu_table)
-    except InputError as exc:
-        return list(exc.problems)
+    except InputError as exc:  # the file's problems, each saying which option named the file
+        return [p if p.key == "--gpu_table" else InputProblem(f"--gpu_table {p.source}", p.key, p.message, p.fix)
+                for p in exc.problems]
+    if target is None:
+        return []
     problems = []
     if table.lookup(target) is None:
         problems.append(_problem("project_to", f"{target!r} is not in the GPU table",
@@ -191,7 +193,8 @@ def value_problems(ns) -> list[InputProblem]:
     if "--effective_batch" not in named and "--num_gpus" not in named and ns.effective_batch % ns.num_gpus:
         problems.append(_problem("effective_batch", f"{ns.effective_batch} samples do not split over "
                                  f"{ns.num_gpus} GPUs", "give a multiple of --num_gpus"))
-    for found in (optimizer_problem(ns.optimizers), plan_device_problem(ns.plan_device),
+    for found in (optimizer_problem(ns.optimizers),
+                  plan_device_problem(ns.plan_device, getattr(ns, "gpu_table", None)),
                   log_level_problem(ns.log_level)):
         problems += [found] if found else []
     problems += project_to_problems(getattr(ns, "project_to", None), getattr(ns, "gpu_table", None), ns.num_gpus)

@@ -63,7 +63,7 @@ class HarnessRuns:
         if problems:
             raise InputError(in_users_words(problems, GENERATED))
         self.settings = RunSettings(results_output_path=options.results_output_path, timeout=options.timeout,
-                                    plan_device=options.plan_device)
+                                    plan_device=options.plan_device, gpu_table=options.gpu_table)
         self.session = RunSession()  # one preload server and one set of live processes for every batch
         self.predictions: dict[Point, dict[str, Any]] = {}
 
@@ -88,9 +88,11 @@ class HarnessRuns:
         from tunebench.api.planning import predictions
 
         matrix, experiments = self._matrix("space", points)
-        by_id = predictions(matrix, self.options.plan_device)
-        # --project_to: the same fake step against the other GPU's memory (a point must fit both to be worth a run)
-        target = predictions(matrix, self.options.project_to) if self.options.project_to else {}
+        by_id = predictions(matrix, self.options.plan_device, self.options.gpu_table)
+        # --project_to: the same fake step against the other GPU's memory (a point must fit both to be worth a run),
+        # that GPU resolved in the same table as the projection's
+        target = predictions(matrix, self.options.project_to, self.options.gpu_table,
+                             option="--project_to") if self.options.project_to else {}
         self.predictions = {p: {**by_id.get(e.experiment_id, {}),
                                 **({"target": target.get(e.experiment_id, {})} if target else {})}
                             for p, e in zip(points, experiments, strict=True)}

@@ -9,12 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.planning.projection.gpu_table import load_table, resolve
+from tunebench.planning.gpu_target import plan_target
 from tunebench.planning.projection.project import folders_by_id, project_rows
 
 logger = logging.getLogger(__name__)
 
-GIB = 1024**3
 SHOWN = ("scenario", "framework_config", "model_name_or_path", "proj_num_gpus", "steady_tokens_per_second",
          "proj_steady_tokens_per_second", "proj_step_time", "proj_usd_per_million_tokens", "proj_joules_per_token",
          "pred_mem_peak", "pred_fits")
@@ -39,7 +38,10 @@ def projection(root: Path, target: str, gpu_table: str | None = None, gpu_hour_u
     """projection.csv's rows: `proj_*` and, with `memory`, the `pred_*` verdict of each experiment on the target."""
     from tunebench.planning.projection.memory import verdict
 
-    gpu = resolve(load_table(gpu_table), target, "--plan_device")
+    gpu = plan_target(target, (), gpu_table).gpu
+    if gpu is None:
+        raise InputError([InputProblem("command line", "--plan_device", f"{target!r} is a size: --project_from "
+                                       "projects onto a GPU kind", "give a GPU's name, e.g. \"NVIDIA H200\"")])
     measured = measured_frame(root)
     several = pd.to_numeric(measured.get("num_gpus", pd.Series(dtype=float)), errors="coerce").fillna(1) > 1
     if (num_gpus or 1) > 1 and parallelism is None and not several.any():
@@ -49,7 +51,7 @@ def projection(root: Path, target: str, gpu_table: str | None = None, gpu_hour_u
     frame = project_rows(measured, target, gpu_table, str(root), gpu_hour_usd, num_gpus, parallelism)
     if memory:
         folders = folders_by_id(root)
-        capacity = int(gpu.value("memory_gib") * GIB) if gpu.value("memory_gib") else None
+        capacity = gpu.capacity_bytes()
         verdicts = []
         for _, row in frame.iterrows():
             folder = folders.get((row.get("experiment_id"), int(row.get("repeat", 1) or 1)))

@@ -1,4 +1,6 @@
-"""The GPU table of the projection: each GPU's rates with their sources (gpus.yaml), merged with a user's YAML.
+"""tunebench's one GPU table: each GPU's memory, compute capability and rates with their sources (gpus.yaml),
+merged with a user's YAML. `plan` (capacity, attention kernels), the fit map, the projection and `tune` resolve a
+GPU name through `GpuTable.lookup`, so a name means the same entry everywhere (planning.gpu_target).
 
 A user file has the shipped form (`gpus:` a list of entries with `name`, optional `match` substrings and figures,
 each a number or `{value, source}`). An entry whose name is already in the table overrides the figures it gives;
@@ -22,7 +24,8 @@ logger = logging.getLogger(__name__)
 SHIPPED = Path(__file__).with_name("gpus.yaml")
 POSITIVE = Range(0, 1e7, low_open=True)
 FIGURES: dict[str, Range] = {
-    "bf16_tflops": POSITIVE, "memory_tb_per_s": POSITIVE, "memory_gib": POSITIVE, "power_w": POSITIVE,
+    "bf16_tflops": POSITIVE, "memory_tb_per_s": POSITIVE, "memory_mib": POSITIVE, "memory_gib": POSITIVE,
+    "compute_capability": Range(1, 100), "power_w": POSITIVE,
     "gpu_link_gb_per_s": POSITIVE, "host_link_gb_per_s": POSITIVE, "network_gb_per_s": POSITIVE,
     "link_latency_us": Range(0, 1e7), "kernel_floor_us": Range(0, 1e7), "host_launch_us": POSITIVE,
     "unrolled_tb_per_s": POSITIVE, "strided_tb_per_s": POSITIVE, "host_cpu_op_us": POSITIVE,
@@ -55,22 +58,46 @@ class Gpu:
         """`value (source)` for notes."""
         return f"{self.figures.get(figure)} ({self.sources.get(figure, 'no source')})"
 
-    def matches(self, name: str) -> bool:
+    def capacity_bytes(self) -> int | None:
+        """One GPU's memory in bytes: `memory_mib` (nvidia-smi's figure), else a user file's `memory_gib`."""
+        if self.figures.get("memory_mib"):
+            return int(self.figures["memory_mib"] * 1024**2)
+        return int(self.figures["memory_gib"] * 1024**3) if self.figures.get("memory_gib") else None
+
+    def arch(self) -> int | None:
+        """The compute capability as torch's SDPA rules compare it (9.0 -> 90), None when the table has none."""
+        capability = self.figures.get("compute_capability")
+        return round(capability * 10) if capability else None
+
+    def match_length(self, name: str) -> int:
+        """How specifically `name` matches: the longest `match` fragment it holds (a fragment given alone, spaces
+        stripped, counts too); 0 when none does."""
         text = name.strip().lower()
-        return text == self.name.lower() or any(m.lower() in text for m in self.match)
+        return max((len(m) for m in self.match if m.lower() in text or m.strip().lower() == text), default=0)
+
+    def matches(self, name: str) -> bool:
+        return name.strip().lower() == self.name.lower() or self.match_length(name) > 0
 
 
 @dataclass(frozen=True)
 class GpuTable:
     gpus: tuple[Gpu, ...]
+    user_entries: int = 0  # the first entries are a user's file's (they win a lookup)
 
     def lookup(self, name: str | None) -> Gpu | None:
-        """The GPU an nvidia-smi / torch device name (or a table name) denotes: an exact name first, then the
-        first entry whose `match` substring it holds (user entries come first, so they win)."""
+        """The GPU an nvidia-smi / torch device name (or a table name) denotes: an exact name first, then the entry
+        whose longest `match` fragment the name holds ("H100 PCIe" before "H100"), a user's entries before the
+        shipped ones."""
         if not name:
             return None
         exact = [g for g in self.gpus if g.name.lower() == name.strip().lower()]
-        return exact[0] if exact else next((g for g in self.gpus if g.matches(name)), None)
+        if exact:
+            return exact[0]
+        for part in (self.gpus[:self.user_entries], self.gpus[self.user_entries:]):
+            best = max(part, key=lambda g: g.match_length(name), default=None)
+            if best is not None and best.match_length(name) > 0:
+                return best
+        return None
 
     def names(self) -> list[str]:
         return [g.name for g in self.gpus]
@@ -172,7 +199,10 @@ def merged(base: list[Gpu], user: list[Gpu], path: str) -> list[Gpu]:
 def load_table(user_path: str | Path | None = None) -> GpuTable:
     """The shipped table, with a user's YAML merged in when given."""
     base = read_file(SHIPPED)
-    return GpuTable(tuple(merged(base, read_file(user_path), str(user_path)) if user_path else base))
+    if not user_path:
+        return GpuTable(tuple(base))
+    user = read_file(user_path)
+    return GpuTable(tuple(merged(base, user, str(user_path))), user_entries=len(user))
 
 
 def resolve(table: GpuTable, name: str | None, option: str) -> Gpu:

@@ -1,5 +1,7 @@
-"""What the fake step changes in torch and transformers for its duration, each put back after: rows told apart
-without reading values, MoE's grouped matmul fallback, MemTracker's peak only, storages sized in CUDA blocks."""
+"""The contexts the fake step runs under: what a real step on the target does that CPU fake tensors would not do by
+themselves (the CUDA allocator's blocks, a CUDA target's kernels without a CPU counterpart, the data-dependent
+choices transformers makes from values fake tensors lack), and MemTracker without the per-module peaks it would
+compute and nobody reads."""
 
 from __future__ import annotations
 
@@ -9,6 +11,21 @@ import logging
 from tunebench.verify.peak_rules import rounded
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def kernels_as_the_gpu(shape, model, config, gpu_arch: int | None):
+    """A CUDA target's kernels that have no CPU counterpart, as stand-ins that allocate and save what they do:
+    flex attention (planning.kernel_ops) and Liger's (planning.liger_kernels, for the model types modelled)."""
+    from tunebench.planning import kernel_ops, liger_kernels
+
+    with contextlib.ExitStack() as stack:
+        if gpu_arch and shape.attn_implementation == "flex_attention":
+            stack.enter_context(kernel_ops.flex_attention_as_gpu())
+        model_type = getattr(config, "model_type", None)
+        if shape.liger and liger_kernels.modelled(model_type):
+            stack.enter_context(liger_kernels.applied(model, model_type))
+        yield
 
 
 @contextlib.contextmanager

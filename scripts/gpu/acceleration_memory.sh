@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue X on one H100 (nvidia-h100-x1): what the rows planned on a CPU host (acceleration_memory_plans.sh, committed
+# under docs/evidence/acceleration-memory-h100/) measure, one device call per step (each resumes its folder):
+#   STEP=a bash scripts/gpu/acceleration_memory.sh  # compile (default), Liger, flex: 1B, 8B, qwen3, smollm3 (12 rows)
+#   STEP=b ...                                      # compile max-autotune-no-cudagraphs on the same four (4 rows)
+#   STEP=c ...                                      # sweeps at the fit map's edge: compile and Liger on 2 models
+# Estimates (H100 host, 16 cores; compile times of the acceleration evidence: 47-98 s): a ~8 min (two harnesses
+# side by side on the GPU, 1B/unseen rows beside the 8B's: at most ~67 GB together), b ~8-10 min (autotuning
+# dominates), c ~8 min (8 runs one after another: a sweep's second run must find the GPU to itself).
+# Carry .whl: bash ../shared/device/wheels.sh .whl liger-kernel==0.8.5 (liger-kernel is a 0.9 MB pure-Python
+# wheel; triton comes with the image's torch). $OUT gets am-<step>.tgz (CSVs and each experiment's small files).
+set -uo pipefail
+step=${STEP:?STEP=a|b|c}
+out=${OUT:-/tmp/am-out}
+budget=${BUDGET:-500}
+mkdir -p "$out" .site
+[ -d .site/.whl ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site/.whl .whl/*.whl
+export PYTHONPATH="$PWD/.site/.whl${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+run() {  # run RESULTS SCENARIOS-FILE SCENARIO[,SCENARIO]: one harness, its own cache, within the step's budget
+  TUNEBENCH_CACHE="$PWD/.cache-$(basename "$1")" timeout --signal=INT "$budget" python3 benchmark.py \
+    --scenarios_config_path "$2" --results_output_path "$1" --run_only_scenarios "$3" --timeout 900 \
+    > "$1.log" 2>&1
+  echo "$(date +%T) $1: exit $?" | tee -a "$out/step.log"
+}
+mkdir -p am
+case "$step" in
+  a) run am/a-small scripts/gpu/scenarios-acceleration-memory.yaml am-1b,am-unseen &
+     run am/a-8b scripts/gpu/scenarios-acceleration-memory.yaml am-8b
+     wait ;;
+  b) run am/b-small scripts/gpu/scenarios-acceleration-memory.yaml am-autotune-1b &
+     run am/b-rest scripts/gpu/scenarios-acceleration-memory.yaml am-autotune
+     wait ;;
+  c) run am/c-sweeps scripts/gpu/scenarios-acceleration-sweeps.yaml \
+       "$(python3 -c 'import yaml; print(",".join(s["name"] for s in yaml.safe_load(open("scripts/gpu/scenarios-acceleration-sweeps.yaml"))["scenarios"]))')" ;;
+  *) echo "unknown STEP $step" >&2; exit 2 ;;
+esac
+for f in am/*/*/stderr.log; do tail -n 40 "$f" > "${f%.log}.tail"; done 2>/dev/null
+cp am/*.log "$out/" 2>/dev/null
+tar -czf "$out/am-$step.tgz" --exclude=trainer_output --exclude='*.log' --exclude='*.pickle' --exclude='*.json.gz' am
+exit 0

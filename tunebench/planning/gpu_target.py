@@ -1,0 +1,81 @@
+"""What a plan is judged against: `--plan_device` (or tune's `--project_to`) as a memory size or a GPU of the one GPU
+table, else the GPU present. One resolver for `plan`, the fit map, the projection's memory verdict and `tune`, so a
+GPU name means the same entry (capacity, compute capability, rates) in each of them.
+
+A GPU *named* is a CUDA target: the plan runs the fake step as that GPU runs it (its attention kernels, CUDA's
+autocast, the allocator's blocks). A size names no GPU: it is a budget, for a CUDA run the GPU present's kind (or
+Hopper's kernels) and for a CPU run the process's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from tunebench.errors import InputError, InputProblem
+from tunebench.planning.projection.gpu_table import Gpu, load_table
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+_SIZE = re.compile(r"\s*([\d.]+)\s*(GiB|GB|MiB|MB)\s*", re.I)
+_UNITS = {"gib": GIB, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
+
+
+@dataclass(frozen=True)
+class PlanTarget:
+    """One GPU's memory (bytes; None: nothing to judge against), its name as the plan reports it (the table's, or
+    nvidia-smi's for a GPU the table lacks), its compute capability × 10 (None: unknown, Hopper's kernels are
+    assumed) and its table entry (None for a size)."""
+
+    capacity: int | None = None
+    name: str | None = None
+    arch: int | None = None
+    gpu: Gpu | None = None
+    named: bool = False  # the user named a GPU (not a size, not the GPU present): the plan is for CUDA
+
+
+def parse_size(spec: str) -> int | None:
+    """Bytes of a size such as '80GiB', '24GB' or '4096MiB'; None when `spec` is not one."""
+    match = _SIZE.fullmatch(spec)
+    if not match:
+        return None
+    try:
+        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    except (ValueError, OverflowError):
+        return None
+
+
+def names_gpu(spec: str | None) -> bool:
+    """Whether a --plan_device value names a GPU (anything that is not a memory size)."""
+    return bool(spec and spec.strip()) and parse_size(spec) is None
+
+
+def plan_target(spec: str | None, detected: list | tuple = (), gpu_table: str | None = None,
+                option: str = "--plan_device") -> PlanTarget:
+    """The target `spec` names (a size or a GPU of the table merged with `gpu_table`), else the first GPU
+    `detected` (nvidia-smi's GpuInfo: its own memory, the table's compute capability when it knows the kind).
+    InputError naming `option` for a name the table lacks or a GPU without a memory figure."""
+    if spec:
+        size = parse_size(spec)
+        if size is not None:
+            return PlanTarget(capacity=size)
+        table = load_table(gpu_table)
+        gpu = table.lookup(spec)
+        if gpu is None:
+            raise InputError([InputProblem("command line", option, f"{spec!r} is not a size (e.g. 80GiB) nor a GPU "
+                                           "of the GPU table", f"a size such as 80GiB, one of {', '.join(table.names())}"
+                                           ", or add the GPU with --gpu_table FILE")])
+        capacity = gpu.capacity_bytes()
+        if capacity is None:
+            raise InputError([InputProblem("command line", option, f"the GPU table gives no memory for {gpu.name}",
+                                           "add memory_mib to its entry in a --gpu_table file")])
+        return PlanTarget(capacity, gpu.name, gpu.arch(), gpu, named=True)
+    if detected:
+        here = detected[0]
+        gpu = load_table(gpu_table).lookup(here.name)
+        mib = here.memory_total_mib
+        capacity = int(mib * 1024**2) if mib and mib == mib else (gpu.capacity_bytes() if gpu else None)
+        return PlanTarget(capacity, here.name, gpu.arch() if gpu else None, gpu)
+    return PlanTarget()
