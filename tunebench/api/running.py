@@ -165,9 +165,15 @@ def run(matrix: Matrix, settings: RunSettings | None = None, session: RunSession
     settings = settings or RunSettings()
     raise_problems(settings.problems())
     with api_words((MatrixOptions, "MatrixOptions"), (RunSettings, "RunSettings")):
-        raise_problems(results_folder.check(str(settings.results_output_path)) + executor_problems(settings))
-        predictions = prepare(matrix, settings)
-        return run_prepared(matrix, settings, predictions, session or RunSession(), say)
+        return run_checked(matrix, settings, session, say)
+
+
+def run_checked(matrix: Matrix, settings: RunSettings, session: RunSession | None = None,
+                say: Callable[[str], None] | None = None) -> RunResult:
+    """`run` once its arguments are checked, its problems in the command line's words (the CLI's)."""
+    raise_problems(results_folder.check(str(settings.results_output_path)) + executor_problems(settings))
+    predictions = prepare(matrix, settings)
+    return run_prepared(matrix, settings, predictions, session or RunSession(), say)
 
 
 def executor_problems(settings: RunSettings) -> list[InputProblem]:

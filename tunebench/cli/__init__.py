@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tunebench.api.matrix import Matrix, MatrixOptions, build
-from tunebench.api.running import RunResult, RunSettings, executor_problems, run
+from tunebench.api.running import RunResult, RunSettings, executor_problems, run_checked
 from tunebench.api.words import in_cli_words, unnamed_broken_plugins
 from tunebench.cli.options import OPTION_RANGES, booleans, build_parser, numbers, split
 from tunebench.cli.plugin_options import read_plugin_settings
@@ -149,7 +149,7 @@ def _plan_command(options: argparse.Namespace, matrix: Matrix) -> int:
 
 def _run_command(options: argparse.Namespace, matrix: Matrix, settings: RunSettings) -> int:
     _check_cluster(matrix, settings)
-    result = run(matrix, settings, say=lambda text: print(text, flush=True))
+    result = run_checked(matrix, settings, say=lambda text: print(text, flush=True))
     if settings.dry_run:
         _print_dry_run(result)
         return 0
