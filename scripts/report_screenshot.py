@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tunebench.results.compare_io import CompareInputError  # noqa: E402
-from tunebench.results.report import write_report  # noqa: E402
+from tunebench.results.compare.reading import CompareInputError  # noqa: E402
+from tunebench.results.report.page import write_report  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

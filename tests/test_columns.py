@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from tunebench.experiment.entry_parser import entry_parser
-from tunebench.results import column_docs, columns
-from tunebench.results import compare_rules as rules
+from tunebench.results.columns import docs as column_docs
+from tunebench.results.columns import lookup as columns
+from tunebench.results.compare import rules
 
 REPO = Path(__file__).resolve().parents[1]
 # CSVs the harness produced: the references (this code's CPU job, the default GPU set on H100 and H200) and the
@@ -49,7 +50,7 @@ def test_a_new_column_without_a_declaration_is_caught(arguments):
 
 
 def test_the_readme_tables_are_generated_from_the_registry():
-    assert column_docs.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.column_docs"
+    assert column_docs.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.columns.docs"
     text = (REPO / "README.md").read_text()
     for column in ("steady_nonpad_tokens_per_second", "pred_mem_peak", "concurrent_experiments", "scan_time_backward"):
         assert f"`{column}`" in text
@@ -73,7 +74,7 @@ def test_compare_reads_kinds_families_and_directions_from_the_registry():
 def test_a_csv_is_read_back_through_the_registrys_types(tmp_path):
     """Words stay words whatever they look like: an all-digit id or git hash keeps its leading zeros, a driver
     version and a scenario named 2024 stay text; metrics are numbers."""
-    from tunebench.results.compare_io import load_csv
+    from tunebench.results.compare.reading import load_csv
 
     path = tmp_path / "raw_summary.csv"
     path.write_text("experiment_id,scenario,tunebench_git_sha,driver_version,steady_tokens_per_second,status\n"

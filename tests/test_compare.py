@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tunebench.results import compare, compare_cli
-from tunebench.results import compare_rules as rules
+from tunebench.cli import compare as compare_cli
+from tunebench.results.compare import comparison as compare
+from tunebench.results.compare import rules
 
 GIB = 1024**3
 TP = "steady_nonpad_tokens_per_second"  # no step samples here: judged by the threshold rule
@@ -396,7 +397,7 @@ def test_format_value_units():
 
 def test_a_csv_larger_than_any_results_csv_is_refused_before_pandas_reads_it(tmp_path):
     """Issue W2: user files are bounded before they are parsed (a sparse file: no disk is written)."""
-    from tunebench.results.compare_io import CompareInputError, load_csv
+    from tunebench.results.compare.reading import CompareInputError, load_csv
     from tunebench.user_files import MAX_CSV_BYTES
 
     huge = tmp_path / "ref.csv"

@@ -172,10 +172,10 @@ import shutil  # noqa: E402
 
 from harness_fixtures import tiny_scenario, write_inputs  # noqa: E402
 
+from tunebench.cli import compare as compare_cli  # noqa: E402
 from tunebench.cli.options import OPTION_RANGES, build_parser  # noqa: E402
 from tunebench.command_line import unranged  # noqa: E402
-from tunebench.results import compare_cli  # noqa: E402
-from tunebench.results.compare_rules import PERCENT_RANGE  # noqa: E402
+from tunebench.results.compare.rules import PERCENT_RANGE  # noqa: E402
 from tunebench.verify.command import VERIFY_RANGES  # noqa: E402
 from tunebench.verify.command import build_parser as verify_parser  # noqa: E402
 

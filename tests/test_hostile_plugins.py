@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tunebench import cli
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.launchers import LAUNCHERS
-from tunebench.results import columns
+from tunebench.results.columns import lookup as columns
 from tunebench.telemetry.trackers import TRACKERS
 
 FAULT_ENV = "TUNEBENCH_TEST_PLUGIN_FAULT"

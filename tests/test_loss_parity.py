@@ -15,8 +15,8 @@ from harness_fixtures import REPO, write_inputs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunebench.results import loss_band
-from tunebench.results.loss_parity import (
+from tunebench.results.parity import band as loss_band
+from tunebench.results.parity.verdicts import (
     TOLERANCE,
     Trajectory,
     band_of,
@@ -223,7 +223,7 @@ def test_every_row_states_the_floor_and_its_time_to_target(parity_run):
 
 
 def test_the_report_shows_parity_and_time_to_target_beside_the_speed_up():
-    from tunebench.results import report_acceleration
+    from tunebench.results.report import acceleration as report_acceleration
 
     df = pd.DataFrame([
         {"experiment_id": "b", "framework_config": "none", "_status": "ok", "loss_parity_baseline": "b",

@@ -9,8 +9,8 @@ import pandas as pd
 import yaml
 from harness_fixtures import REPO
 
-from tunebench.results import loss_band
-from tunebench.results.loss_parity import Trajectory, band_of
+from tunebench.results.parity import band as loss_band
+from tunebench.results.parity.verdicts import Trajectory, band_of
 
 
 def _load(name: str):

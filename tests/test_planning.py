@@ -112,7 +112,7 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
         assert abs(row["pred_error_activations"]) < 0.05, (name, row["pred_mem_activations"], row["scan_mem_activations"])
     assert frame.loc["full", "pred_fits"] in (True, "True")
     from tunebench.experiment.entry_parser import entry_parser
-    from tunebench.results.columns import undeclared
+    from tunebench.results.columns.lookup import undeclared
 
     assert undeclared(frame.reset_index().columns, entry_parser().known_keys()) == []
 

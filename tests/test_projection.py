@@ -225,7 +225,7 @@ def test_plan_project_from_writes_projection_csv_and_bad_input_exits_2(tmp_path)
 def test_the_report_compares_gpu_kinds_from_projection_csv(tmp_path):
     from report_fixtures import parse
 
-    from tunebench.results import report_projection
+    from tunebench.results.report import projection as report_projection
 
     base = {"scenario": "proj", "framework_config": "none", "proj_source_device": H100, "proj_num_gpus": 1,
             "steady_tokens_per_second": 1000.0}

@@ -117,7 +117,7 @@ def test_verify(env):
 
 
 def test_column_tables_command():
-    proc = subprocess.run([sys.executable, "-m", "tunebench.results.column_docs"], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tunebench.results.columns.docs"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "are current" in proc.stdout
 

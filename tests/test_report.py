@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from report_fixtures import GIB, failed_row, parse, run_row
 
-from tunebench.results import report
+from tunebench.results.report import page as report
 
 DATA = Path(__file__).parent / "data"
 OOM_TRACE = (
@@ -199,7 +199,7 @@ def test_example_gpu_csv_renders():
 def test_a_fit_map_beside_the_results_is_shown_as_a_batch_by_length_map(tmp_path):
     import pandas as pd
 
-    from tunebench.results import report_fit_map
+    from tunebench.results.report import fit_map as report_fit_map
 
     results = tmp_path / "benchmarks.csv"
     assert report_fit_map.section(results) == ""  # no map, no section

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from report_fixtures import GIB, failed_row, parse, run_row
 
-from tunebench.results import charts, report
+from tunebench.results.charts import figures as charts
+from tunebench.results.report import page as report
 
 CV_WARNING = "step time CV 67.1 % exceeds 5 %: the steady window is not steady"
 FEW_WARNING = "only 3 steady step(s) (< 10): raise max_steps"
@@ -151,7 +152,7 @@ def test_columns_empty_in_every_row_are_named_not_shown():
 def test_a_prediction_is_shown_against_its_calibrated_bound():
     import pandas as pd
 
-    from tunebench.results.report_predictions import bound_word
+    from tunebench.results.report.predictions import bound_word
 
     row = pd.Series({"pred_mem_peak": 1000, "pred_mem_peak_upper": 1010, "mem_peak_torch_max_allocated_bytes": 1005})
     assert bound_word(row, "peak", "mem_peak_torch_max_allocated_bytes") == "within (+1.00 %)"

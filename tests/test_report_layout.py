@@ -16,7 +16,8 @@ from matplotlib.text import Text
 from PIL import Image
 from report_fixtures import failed_row, run_row
 
-from tunebench.results import charts, report
+from tunebench.results.charts import figures as charts
+from tunebench.results.report import page as report
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "report_screenshot.py"

@@ -241,7 +241,7 @@ def test_compare_with_no_shared_metric_is_an_input_error(tmp_path):
     reference, results = tmp_path / "ref.csv", tmp_path / "new.csv"
     reference.write_text("scenario,status,steady_tokens_per_second\na,ok,10\n")
     results.write_text("scenario,status,scan_mem_params\na,ok,10\n")
-    from tunebench.results.compare_cli import main
+    from tunebench.cli.compare import main
 
     assert main(["--reference", str(reference), "--results", str(results), "--out", str(tmp_path / "c")]) == 2
 

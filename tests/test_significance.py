@@ -10,8 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tunebench.results import compare, compare_cli, compare_rules, compare_samples, report, samples
-from tunebench.results import significance as sig
+from tunebench.cli import compare as compare_cli
+from tunebench.results.compare import comparison as compare
+from tunebench.results.compare import rules as compare_rules
+from tunebench.results.compare import samples
+from tunebench.results.compare import significance as sig
+from tunebench.results.compare import steady as compare_samples
+from tunebench.results.report import page as report
 
 TOKENS = 8192.0  # tokens of every steady step: throughput = TOKENS / median step time
 MEDIAN = "steady_step_time_median"

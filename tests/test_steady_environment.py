@@ -177,7 +177,7 @@ def test_explain_names_what_moved_and_nothing_else():
 
 
 def test_compare_names_the_other_process_as_why_it_moved():
-    from tunebench.results.compare import compare_frames
+    from tunebench.results.compare.comparison import compare_frames
 
     base = {"scenario": "s", "framework_config": "none", "peft_method": "none", "model_name_or_path": "m",
             "num_gpus": 1, "per_device_train_batch_size": 8, "max_seq_len": 512, "gpu_name": "H100",

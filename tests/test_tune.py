@@ -289,7 +289,7 @@ def test_objectives_from_a_row():
 def test_pareto_front_is_exactly_the_undominated_points():
     import numpy as np
 
-    from tunebench.results.pareto import front
+    from tunebench.results.charts.pareto import front
 
     cost = np.array([1.0, 2.0, 2.0, 3.0, 4.0, 1.0])
     gain = np.array([10.0, 20.0, 15.0, 20.0, 30.0, 9.0])

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 from report_fixtures import run_row
 
-from tunebench.results import report
-from tunebench.results.pareto import THROUGHPUT, pareto_figure
+from tunebench.results.charts.pareto import THROUGHPUT, pareto_figure
+from tunebench.results.report import page as report
 from tunebench.tuning import output, prune
 from tunebench.tuning.options import TuneOptions
 from tunebench.tuning.search import CONFIRM, Search

@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from tunebench.results import columns
-from tunebench.results.column_types import Column
-from tunebench.results.compare_rules import DEFAULT_RULES, rule_for
+from tunebench.results.columns.registry import REGISTRY
+from tunebench.results.columns.types import METRIC, S_STEADY, Column
+from tunebench.results.compare.rules import DEFAULT_RULES, rule_for
 from tunebench.vocabulary import Direction, Executor, MetricFamily, Objective, Status
 
 
@@ -27,14 +27,14 @@ def test_a_word_that_is_none_of_them_is_named_with_the_allowed_ones():
 
 def test_a_misspelt_family_or_direction_fails_where_the_column_is_declared():
     with pytest.raises(ValueError, match="column x: family must be one of throughput"):
-        Column("x", columns.METRIC, "s", "a time", columns.S_STEADY, Direction.HIGHER_IS_WORSE, "thruput")
+        Column("x", METRIC, "s", "a time", S_STEADY, Direction.HIGHER_IS_WORSE, "thruput")
     with pytest.raises(ValueError, match="column x: direction must be one of"):
-        Column("x", columns.METRIC, "s", "a time", columns.S_STEADY, "higher", MetricFamily.TIME)
+        Column("x", METRIC, "s", "a time", S_STEADY, "higher", MetricFamily.TIME)
 
 
 def test_every_family_has_a_rule_and_every_metric_a_family_and_direction():
     assert set(DEFAULT_RULES) == set(MetricFamily)
-    for column in columns.REGISTRY:
+    for column in REGISTRY:
         assert isinstance(column.direction, Direction), column.name
         assert column.family is None or isinstance(column.family, MetricFamily), column.name
         if column.family is None and column.pattern is None:  # text, or a figure compare does not judge

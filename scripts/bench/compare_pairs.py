@@ -22,7 +22,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tunebench.results.compare import compare_paths  # noqa: E402
+from tunebench.results.compare.comparison import compare_paths  # noqa: E402
 from tunebench.results.folder import RAW_SUMMARY  # noqa: E402
 
 logger = logging.getLogger(__name__)

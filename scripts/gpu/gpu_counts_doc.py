@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from tunebench.planning.plan_matrix import plan_experiments  # noqa: E402
 from tunebench.planning.projection.command import projection  # noqa: E402
 from tunebench.planning.projection.memory import spec_of  # noqa: E402
-from tunebench.results.samples import write_reference  # noqa: E402
+from tunebench.results.compare.samples import write_reference  # noqa: E402
 from tunebench.results.summaries import write_summaries  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -1,10 +1,10 @@
-"""Append an evidence run's loss bands to the band data (tunebench/results/loss_band.csv).
+"""Append an evidence run's loss bands to the band data (tunebench/results/parity/loss_band.csv).
 
   python scripts/gpu/loss_band_rows.py RESULTS/raw_summary.csv docs/evidence/<doc>.md [...more pairs]
 
 Each baseline whose band came from band runs in its folder (`loss_parity_band_source` = `folder: N band run(s)`:
 the scenario listed `loss-band-1`, `loss-band-2`, `loss-band-3` beside it) gives one row: the device, the
-arguments the band applies to (tunebench.results.loss_band.KEYS), the runs and the band. Loss parity reads it
+arguments the band applies to (tunebench.results.parity.band.KEYS), the runs and the band. Loss parity reads it
 for runs of the same case that have no band runs of their own. A row already there for the same source, device
 and case is replaced, so appending twice changes nothing. Written atomically.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tunebench.fileio import write_atomic  # noqa: E402
-from tunebench.results.loss_band import BAND_FILE, KEYS, TABLE_COLUMNS, band_rows  # noqa: E402
+from tunebench.results.parity.band import BAND_FILE, KEYS, TABLE_COLUMNS, band_rows  # noqa: E402
 
 
 def main(pairs: list[str]) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 from tunebench.api.checks import argument_problem, checked_field, cli_names, field_problems, raise_problems
 from tunebench.api.words import CLI, in_api_words
 from tunebench.errors import InputError, InputProblem
-from tunebench.results.compare_io import CompareInputError
-from tunebench.results.compare_result import CompareResult
-from tunebench.results.compare_rules import PERCENT_RANGE
+from tunebench.results.compare.reading import CompareInputError
+from tunebench.results.compare.result import CompareResult
+from tunebench.results.compare.rules import PERCENT_RANGE
 from tunebench.vocabulary import Direction
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ _PATH = str | os.PathLike
 
 def compare(reference: str | Path, results: str | Path, options: CompareOptions | None = None) -> CompareResult:
     """Judge `results` (a results folder or CSV) against `reference`; `exit_code` 1 when anything regressed."""
-    from tunebench.results.compare import compare_paths
+    from tunebench.results.compare.comparison import compare_paths
 
     raise_problems([argument_problem("compare", "reference", reference, _PATH, "a results folder or CSV"),
                     argument_problem("compare", "results", results, _PATH, "a results folder or CSV"),
@@ -68,7 +68,7 @@ def compare(reference: str | Path, results: str | Path, options: CompareOptions 
 
 def report(results: str | Path, out: str | Path | None = None, reference: str | Path | None = None) -> Path:
     """Write the HTML report of `results` (a results folder or CSV), compared with `reference` when given; its path."""
-    from tunebench.results.report import write_report
+    from tunebench.results.report.page import write_report
 
     raise_problems([argument_problem("report", "results", results, _PATH, "a results folder or CSV"),
                     argument_problem("report", "out", out, _PATH | None, "an HTML file's path, or None"),

@@ -32,7 +32,7 @@ from tunebench.vocabulary import Executor
 logger = logging.getLogger(__name__)
 
 # Subcommands and the module whose main() runs each (imported only when used: start-up stays short).
-SUBCOMMANDS = {"compare": "tunebench.results.compare_cli", "report": "tunebench.results.report",
+SUBCOMMANDS = {"compare": "tunebench.cli.compare", "report": "tunebench.results.report.page",
                "tune": "tunebench.cli.tune_command", "verify": "tunebench.verify.command",
                "history": "tunebench.history.command", "bisect": "tunebench.history.bisect_command"}
 
@@ -177,7 +177,7 @@ def _print_dry_run(result: RunResult) -> None:
 
 
 def _compare_after_run(options: argparse.Namespace) -> int:
-    from tunebench.results.compare import CompareInputError, compare_paths
+    from tunebench.results.compare.comparison import CompareInputError, compare_paths
 
     output_dir = Path(options.results_output_path)
     try:

@@ -11,7 +11,7 @@ TRL's path and its `entropy` / `mean_token_accuracy` logs.
 `loss_band_seed` k > 0 permutes the rows of every micro-batch (RowOrder): the same examples in the same steps,
 the same padded shapes, the same arithmetic in another order (the weight gradients' sums over rows, the loss's
 sum over tokens). Its trajectory differs from the baseline's by rounding alone: the band of "the same numerics"
-that loss parity judges other settings by (tunebench.results.loss_band).
+that loss parity judges other settings by (tunebench.results.parity.band).
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from tunebench.command_line import Parser, option_problems
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.guard import HarnessStopped
 from tunebench.history import bisect, check, metadata, store
-from tunebench.results import compare_rules as rules
-from tunebench.results.samples import steady_seconds
+from tunebench.results.compare import rules
+from tunebench.results.compare.samples import steady_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A series is one experiment (compare's join keys but the GPU, so that a new GPU i
 the store's runs in start order. Its regimes come from tunebench.history.changepoints; the newest run alone opens
 one too when it differs from the rest of its regime (a change seen in one run cannot be told from an outlier by
 the change-point search, but the step times can tell it). The move between the last two regimes is judged with
-compare's statistics on the regimes' step times (tunebench.results.compare_samples: block bootstrap, runs
+compare's statistics on the regimes' step times (tunebench.results.compare.steady: block bootstrap, runs
 resampled, 99 % interval, minimum effect) and named with what changed between them: arguments, versions, GPU,
 driver, host and the steady window's environment (tunebench.telemetry.environment_summary).
 """
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from tunebench.history import changepoints
-from tunebench.results import compare_rules as rules
-from tunebench.results import compare_samples as sampled
-from tunebench.results import significance as stats
+from tunebench.results.compare import rules
+from tunebench.results.compare import significance as stats
+from tunebench.results.compare import steady as sampled
 from tunebench.telemetry import environment_summary as steady_environment
 
 logger = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ from typing import Any
 from scanner.atomic import atomic_via_tmp
 from tunebench.errors import InputError, InputProblem
 from tunebench.history.optional import require
-from tunebench.results import columns as registry
-from tunebench.results.compare_rules import canonical
+from tunebench.results.columns.lookup import lookup
+from tunebench.results.compare.rules import canonical
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def ensure_schema(con, fresh: bool = True) -> None:
 
 def column_type(name: str) -> str:
     """DOUBLE for a registry column with a unit, VARCHAR for the rest (text columns and training arguments)."""
-    column = registry.lookup(name)
+    column = lookup(name)
     return "DOUBLE" if column is not None and column.unit != "-" else "VARCHAR"
 
 

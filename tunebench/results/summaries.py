@@ -11,7 +11,8 @@ import pandas as pd
 
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.readback import Unreadable, load_experiment_file
-from tunebench.results import columns
+from tunebench.results.columns.lookup import kind_of
+from tunebench.results.columns.types import ARGUMENT, IDENTITY
 from tunebench.results.folder import (
     BENCHMARKS,
     RAW_SUMMARY,
@@ -19,7 +20,7 @@ from tunebench.results.folder import (
     damaged_experiment_folders,
     experiment_folders,
 )
-from tunebench.results.loss_parity import parity_columns
+from tunebench.results.parity.verdicts import parity_columns
 from tunebench.results.repeats import repeat_columns
 from tunebench.results.scaling import scaling_columns
 from tunebench.vocabulary import Status
@@ -170,9 +171,9 @@ def with_key_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 def varying_config_columns(frame: pd.DataFrame) -> list[str]:
     """Argument and identity columns whose value differs between experiments (the column registry decides)."""
-    configuration = (columns.ARGUMENT, columns.IDENTITY)
+    configuration = (ARGUMENT, IDENTITY)
     return [c for c in frame.columns
-            if columns.kind_of(c) in configuration and c not in _BOOKKEEPING_ARGUMENTS and c != "experiment_id"
+            if kind_of(c) in configuration and c not in _BOOKKEEPING_ARGUMENTS and c != "experiment_id"
             and frame[c].astype(str).nunique(dropna=False) > 1]
 
 

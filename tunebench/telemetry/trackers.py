@@ -4,7 +4,7 @@ A harness tracker wraps the experiment's run (`around(device_type, gpu_ids, fold
 gives its columns after it (`columns(handle, row, folder)`); its options, if any, are a dataclass `Settings`
 whose fields carry their command-line face (tunebench.plugins.cli_option). Adding one is one class and one line
 in TRACKERS, or an entry point of another package (group `tunebench.trackers`); a tracker's new columns are
-declared in its `COLUMNS` (tunebench.results.columns.Column) so that the CSV, compare and the report know them.
+declared in its `COLUMNS` (tunebench.results.columns.types.Column) so that the CSV, compare and the report know them.
 The in-process kinds (the scanner, HF's memory metrics) are in tunebench.experiment.trackers.
 """
 

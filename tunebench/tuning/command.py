@@ -86,7 +86,7 @@ def _search(options: TuneOptions) -> TuneResult:
         outcome = search.run_grid(runs) if options.grid else search.run(runs)
         table = output.write(outcome, options, cpu)
         if outcome.runs:
-            from tunebench.results.report import write_report
+            from tunebench.results.report.page import write_report
 
             write_report(out)
     winner = outcome.winner.final() if outcome.winner is not None else None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from tunebench.bounds import Range
 from tunebench.plugins import cli_option
-from tunebench.results.columns import BOOKKEEPING, METRIC, Column
+from tunebench.results.columns.types import BOOKKEEPING, METRIC, Column
 from tunebench.vocabulary import Direction, MetricFamily
 
 

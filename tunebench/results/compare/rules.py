@@ -1,7 +1,7 @@
 """Compare families, directions, thresholds, noise-band verdicts and experiment identity for comparisons.
 
 Which columns are metrics, their family and their better direction come from the column registry
-(tunebench.results.columns). Each family has a default threshold and an absolute noise floor:
+(tunebench.results.columns.registry). Each family has a default threshold and an absolute noise floor:
 
 | family      | columns (examples)                                          | threshold | ignore below |
 |-------------|-------------------------------------------------------------|-----------|--------------|
@@ -15,7 +15,7 @@ Which columns are metrics, their family and their better direction come from the
 | utilization, stability, count, ratio | GPU util, CVs, token counts, padding   | informational, never flagged |
 
 Steady step-time and throughput metrics with step samples on both sides are judged by significance and effect
-size instead (tunebench.results.compare_samples): `--min_effect time=3` sets their minimum effect (default 5 %).
+size instead (tunebench.results.compare.steady): `--min_effect time=3` sets their minimum effect (default 5 %).
 Every other metric, and those without samples, is flagged only when its relative change is beyond the threshold in
 the bad direction AND beyond the noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
 in absolute terms than "ignore below" (so a 0 -> 4 KiB temporaries change is not a +inf % regression).
@@ -36,7 +36,9 @@ import numpy as np
 import pandas as pd
 
 from tunebench.bounds import Range
-from tunebench.results import columns
+from tunebench.results.columns import environment, lookup
+from tunebench.results.columns.registry import REGISTRY
+from tunebench.results.columns.types import ARGUMENT, ENVIRONMENT, IDENTITY
 from tunebench.vocabulary import Direction, MetricFamily
 
 logger = logging.getLogger(__name__)
@@ -93,20 +95,20 @@ DEFAULT_KEYS: tuple[str, ...] = (
 
 # The steady window's environment (clocks, temperature, ...) moves a little every run: compare names it only when
 # it moved enough to matter (tunebench.telemetry.environment_summary.explain), never as a plain difference.
-ENVIRONMENT_COLUMNS = frozenset(c.name for c in columns.REGISTRY if c.kind == columns.ENVIRONMENT and c.pattern is None
-                                and c.section != columns.environment.SECTION) | {
+ENVIRONMENT_COLUMNS = frozenset(c.name for c in REGISTRY if c.kind == ENVIRONMENT and c.pattern is None
+                                and c.section != environment.SECTION) | {
     f"{package}_version" for package in ("torch", "transformers", "trl", "peft", "accelerate", "datasets")}
 
 
 def metric_family(column: str) -> str | None:
     """The family a column belongs to, or None when it is not a numeric metric."""
-    return columns.metric_family(column)
+    return lookup.metric_family(column)
 
 
 def is_argument_column(column: str) -> bool:
     """True for columns that describe how the experiment was configured (compared as 'changed arguments').
     experiment_id hashes the arguments, so it differs whenever one does: showing it adds nothing."""
-    return columns.kind_of(column) in (columns.ARGUMENT, columns.IDENTITY) and column != "experiment_id"
+    return lookup.kind_of(column) in (ARGUMENT, IDENTITY) and column != "experiment_id"
 
 
 def _parse_assignments(items: list[str] | None, option: str) -> dict[str, str]:
@@ -178,7 +180,7 @@ def rule_for(
         return None
     default = DEFAULT_RULES[family]
     # An informational family stays so whatever the column's better direction, until a --direction override.
-    direction = default.direction if default.direction == IGNORE else columns.direction(column)
+    direction = default.direction if default.direction == IGNORE else lookup.direction(column)
     rule = replace(default, direction=direction)
     threshold = _override_for(column, family, thresholds or {})
     if threshold is not None:
@@ -213,7 +215,7 @@ def format_value(column: str, value: float) -> str:
         return str(value)
     if v != v:  # NaN
         return ""
-    unit = columns.unit(column)
+    unit = lookup.unit(column)
     if unit == "bytes":
         return f"{v / 1024**3:,.2f} GiB" if abs(v) >= 1024**3 else f"{v / MIB:,.1f} MiB"
     if unit == "MiB":
@@ -233,7 +235,7 @@ def format_value(column: str, value: float) -> str:
 
 def display_scale(column: str) -> tuple[float, str]:
     """(divisor, unit) to plot a metric in human units: bytes -> GiB, fractions -> %."""
-    unit = columns.unit(column)
+    unit = lookup.unit(column)
     if unit == "bytes":
         return 1024**3, "GiB"
     if unit == "fraction":

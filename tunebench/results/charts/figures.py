@@ -15,8 +15,8 @@ from matplotlib.colors import LinearSegmentedColormap, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tunebench.results import compare_rules as rules
-from tunebench.results.chart_layout import fitted_legend, wrapped
+from tunebench.results.charts.layout import fitted_legend, wrapped
+from tunebench.results.compare import rules
 
 logger = logging.getLogger(__name__)
 

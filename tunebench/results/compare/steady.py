@@ -2,8 +2,8 @@
 
 A metric below is judged this way when both sides have step samples that match their CSV rows (same number of
 runs as ok rows, and the runs' median step time equal to the CSV's `steady_step_time_median`); otherwise it falls
-back to the threshold rule (tunebench.results.compare_rules.judge) and the row's detail says why. The statistics
-are in tunebench.results.significance. Verdicts, with the metric's minimum effect E (default 5 %):
+back to the threshold rule (tunebench.results.compare.rules.judge) and the row's detail says why. The statistics
+are in tunebench.results.compare.significance. Verdicts, with the metric's minimum effect E (default 5 %):
 
 * `regression` / `improvement`: the 99 % interval of new/ref excludes 1 (two-sided p < 0.01) AND the change is
   beyond E AND the row is precise enough to tell (below), or its whole interval lies beyond E anyway.
@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import math
 
-from tunebench.results import compare_rules as rules
-from tunebench.results import significance as stats
-from tunebench.results.samples import Runs, median_of_runs
+from tunebench.results.compare import rules
+from tunebench.results.compare import significance as stats
+from tunebench.results.compare.samples import Runs, median_of_runs
 
 logger = logging.getLogger(__name__)
 

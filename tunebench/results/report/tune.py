@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tunebench.results.report_html import warn_mark
+from tunebench.results.report.html import warn_mark
 from tunebench.user_files import MAX_CSV_BYTES, size_problem
 
 logger = logging.getLogger(__name__)

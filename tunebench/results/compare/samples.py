@@ -24,7 +24,7 @@ import pandas as pd
 
 from tunebench.fileio import write_atomic
 from tunebench.readback import Unreadable, load_experiment_file, load_json
-from tunebench.results.compare_io import CompareInputError, load_csv
+from tunebench.results.compare.reading import CompareInputError, load_csv
 from tunebench.results.folder import RAW_SUMMARY, experiment_folders
 from tunebench.vocabulary import Status
 

@@ -6,9 +6,9 @@ import logging
 
 import pandas as pd
 
-from tunebench.results import compare_rules as rules
-from tunebench.results.compare_result import CompareResult
-from tunebench.results.compare_samples import band_text, interval_text, is_tested
+from tunebench.results.compare import rules
+from tunebench.results.compare.result import CompareResult
+from tunebench.results.compare.steady import band_text, interval_text, is_tested
 
 logger = logging.getLogger(__name__)
 

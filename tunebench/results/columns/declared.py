@@ -1,7 +1,7 @@
-"""Declarations of the kernel-split (scanner) and projection columns, as plain data that columns.py registers.
+"""Declarations of the kernel-split (scanner) and projection columns, as plain data that registry.py registers.
 
-Each entry is (name, kind, unit, direction, family, meaning); tunebench.results.columns turns them into
-`Column`s in its REGISTRY, under the two sections named here (column_types lists them in SECTIONS), so the CSV,
+Each entry is (name, kind, unit, direction, family, meaning); tunebench.results.columns.registry turns them into
+`Column`s in its REGISTRY, under the two sections named here (types.py lists them in SECTIONS), so the CSV,
 compare, the report and the README read them like every other column.
 """
 
@@ -13,7 +13,7 @@ from tunebench.vocabulary import Direction
 
 logger = logging.getLogger(__name__)
 
-HIGHER, LOWER = Direction.LOWER_IS_WORSE, Direction.HIGHER_IS_WORSE  # as column_types: higher / lower is better
+HIGHER, LOWER = Direction.LOWER_IS_WORSE, Direction.HIGHER_IS_WORSE  # as types.py: higher / lower is better
 
 S_KERNEL = "Kernel split (scanner, CUDA)"
 S_PROJ = "Projection (`plan --project_from`)"

@@ -7,7 +7,7 @@ import logging
 
 import pandas as pd
 
-from tunebench.results.report_html import Html, warn_mark
+from tunebench.results.report.html import Html, warn_mark
 
 logger = logging.getLogger(__name__)
 

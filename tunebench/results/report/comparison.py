@@ -7,13 +7,13 @@ import logging
 
 import pandas as pd
 
-from tunebench.results import charts
-from tunebench.results import compare_rules as rules
-from tunebench.results.compare_markdown import signed_pct
-from tunebench.results.compare_result import CompareResult
-from tunebench.results.compare_samples import interval_text, is_tested
-from tunebench.results.report_html import img, table
-from tunebench.results.report_warnings import is_steady, marked, row_note, warning_texts
+from tunebench.results.charts import figures as charts
+from tunebench.results.compare import rules
+from tunebench.results.compare.markdown import signed_pct
+from tunebench.results.compare.result import CompareResult
+from tunebench.results.compare.steady import interval_text, is_tested
+from tunebench.results.report.html import img, table
+from tunebench.results.report.measurement_warnings import is_steady, marked, row_note, warning_texts
 
 logger = logging.getLogger(__name__)
 

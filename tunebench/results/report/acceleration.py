@@ -7,8 +7,8 @@ import logging
 
 import pandas as pd
 
-from tunebench.results import report_warnings as warn
-from tunebench.results.report_html import omitted, table
+from tunebench.results.report import measurement_warnings as warn
+from tunebench.results.report.html import omitted, table
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ same model, batch, sequence length, seed and data. Both trajectories are the per
 sum of a step's micro-batch losses, as the Trainer logs them). Two figures describe the difference: the largest
 relative difference over the common steps, and the signed relative difference at the last common step. A
 difference beyond the tolerance is a `measurement_warning`: the speed-up (or memory saving) came with other
-numerics. The tolerance comes from the band of repeat noise (tunebench.results.loss_band: the baseline's band
+numerics. The tolerance comes from the band of repeat noise (tunebench.results.parity.band: the baseline's band
 runs in the folder, else the band data kept for the case); with neither, `loss_parity_band_source` says so and
 the fixed tolerance of the dtype below is used.
 """
@@ -25,7 +25,7 @@ import pandas as pd
 from tunebench.experiment.spec import BASELINE, SPEC_FILE
 from tunebench.readback import Unreadable, load_json
 from tunebench.results.folder import experiment_folders
-from tunebench.results.loss_band import Band, band_runs, describe_case, table_band
+from tunebench.results.parity.band import Band, band_runs, describe_case, table_band
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)

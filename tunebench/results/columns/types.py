@@ -6,8 +6,8 @@ import logging
 import re
 from dataclasses import dataclass
 
-from tunebench.results.columns_environment import SECTION as S_RUN_ENV
-from tunebench.results.columns_extra import S_KERNEL, S_LEARN, S_PROJ
+from tunebench.results.columns.declared import S_KERNEL, S_LEARN, S_PROJ
+from tunebench.results.columns.environment import SECTION as S_RUN_ENV
 from tunebench.vocabulary import Direction, MetricFamily
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
-from tunebench.results.charts import NEUTRAL_COLOR, REGRESSION_COLOR, ChartSkipped, _figure, to_png
+from tunebench.results.charts.figures import NEUTRAL_COLOR, REGRESSION_COLOR, ChartSkipped, _figure, to_png
 
 logger = logging.getLogger(__name__)
 

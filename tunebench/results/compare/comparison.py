@@ -1,8 +1,8 @@
 """Regression comparison of results against a reference CSV: join, judge every metric, write the findings.
 
-The command line is tunebench.results.compare_cli; the rules (families, thresholds, noise bands) are
-tunebench.results.compare_rules; steady time and throughput metrics with step samples (tunebench.results.samples)
-are judged by significance and effect size in tunebench.results.compare_samples.
+The command line is tunebench.cli.compare; the rules (families, thresholds, noise bands) are
+tunebench.results.compare.rules; steady time and throughput metrics with step samples (tunebench.results.compare.samples)
+are judged by significance and effect size in tunebench.results.compare.steady.
 """
 
 from __future__ import annotations
@@ -16,13 +16,18 @@ import numpy as np
 import pandas as pd
 
 from tunebench.fileio import write_atomic
-from tunebench.results import compare_rules as rules
-from tunebench.results import compare_samples as sampled
-from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
-from tunebench.results.compare_markdown import render_markdown
-from tunebench.results.compare_result import CompareResult
-from tunebench.results.compare_rules import canonical, experiment_labels, first_error_line, judge
-from tunebench.results.samples import Runs, load_samples
+from tunebench.results.compare import rules
+from tunebench.results.compare import steady as sampled
+from tunebench.results.compare.markdown import render_markdown
+from tunebench.results.compare.reading import (
+    CompareInputError,
+    load_csv,
+    numeric_metrics,
+    resolve_results_csv,
+)
+from tunebench.results.compare.result import CompareResult
+from tunebench.results.compare.rules import canonical, experiment_labels, first_error_line, judge
+from tunebench.results.compare.samples import Runs, load_samples
 from tunebench.telemetry import environment_summary as steady_environment
 from tunebench.vocabulary import Status
 
@@ -319,7 +324,9 @@ def write_outputs(result: CompareResult, out_dir: Path, charts: bool = True) -> 
         write_atomic(out_dir / name, frame.to_csv(index=False))
         files.append(out_dir / name)
     if charts and not result.comparison.empty:
-        from tunebench.results import charts as ch  # matplotlib is imported only when charts are wanted
+        from tunebench.results.charts import (
+            figures as ch,  # matplotlib is imported only when charts are wanted
+        )
 
         for name, png in ch.comparison_charts(result.comparison).items():
             write_atomic(out_dir / name, png)

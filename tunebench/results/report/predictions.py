@@ -13,9 +13,9 @@ import logging
 
 import pandas as pd
 
-from tunebench.results import charts
+from tunebench.results.charts import figures as charts
 from tunebench.results.prediction_errors import ERROR_PAIRS
-from tunebench.results.report_html import img, omitted, table
+from tunebench.results.report.html import img, omitted, table
 
 logger = logging.getLogger(__name__)
 

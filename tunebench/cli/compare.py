@@ -4,7 +4,7 @@ Usage: ``python benchmark.py compare --reference refs/cpu.csv --results results/
 [--keys a,b] [--threshold mfu=5 ...] [--min_effect time=3 ...] [--direction train_loss=ignore ...]
 [--metrics 'scan_mem_*' ...]``; a reference with its step samples: ``python benchmark.py compare
 --write_reference refs/x.csv --results DIR [DIR ...]``.
-Exit code 0 = no regression, 1 = regression, 2 = usage or input error. Rules: see tunebench.results.compare_rules.
+Exit code 0 = no regression, 1 = regression, 2 = usage or input error. Rules: see tunebench.results.compare.rules.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import logging
 import sys
 
 from tunebench.command_line import Parser
-from tunebench.results import compare_rules as rules
-from tunebench.results.compare import CompareInputError, compare_paths
-from tunebench.results.samples import write_reference
+from tunebench.results.compare import rules
+from tunebench.results.compare.comparison import CompareInputError, compare_paths
+from tunebench.results.compare.samples import write_reference
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tunebench.results.folder import FIT_MAP
-from tunebench.results.report_html import beside, table
+from tunebench.results.report.html import beside, table
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tunebench.results.charts import to_png
+from tunebench.results.charts.figures import to_png
 from tunebench.results.folder import PROJECTION
-from tunebench.results.report_html import beside, img, table
+from tunebench.results.report.html import beside, img, table
 
 logger = logging.getLogger(__name__)
 

@@ -15,22 +15,25 @@ import pandas as pd
 
 from tunebench.command_line import Parser
 from tunebench.fileio import write_atomic
-from tunebench.results import (
-    charts,
-    pareto,
-    report_acceleration,
-    report_comparison,
-    report_fit_map,
-    report_predictions,
-    report_projection,
-    report_tune,
+from tunebench.results.charts import figures as charts
+from tunebench.results.charts import pareto
+from tunebench.results.compare import comparison as cmp
+from tunebench.results.compare import rules
+from tunebench.results.compare.reading import (
+    CompareInputError,
+    load_csv,
+    numeric_metrics,
+    resolve_results_csv,
 )
-from tunebench.results import compare as cmp
-from tunebench.results import compare_rules as rules
-from tunebench.results import report_warnings as warn
-from tunebench.results.compare_io import CompareInputError, load_csv, numeric_metrics, resolve_results_csv
-from tunebench.results.report_html import CSS, img, omitted, table
-from tunebench.results.samples import load_samples
+from tunebench.results.compare.samples import load_samples
+from tunebench.results.report import acceleration as report_acceleration
+from tunebench.results.report import comparison as report_comparison
+from tunebench.results.report import fit_map as report_fit_map
+from tunebench.results.report import measurement_warnings as warn
+from tunebench.results.report import predictions as report_predictions
+from tunebench.results.report import projection as report_projection
+from tunebench.results.report import tune as report_tune
+from tunebench.results.report.html import CSS, img, omitted, table
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)

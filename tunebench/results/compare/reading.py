@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tunebench.results import columns
+from tunebench.results.columns import lookup
 from tunebench.user_files import MAX_CSV_BYTES, shown
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
     try:
         # Read back through the column registry's types: experiment_id is a hex hash, one that happens to be all
         # digits must not become a number (and lose its leading zeros), or its step samples would not be found.
-        df = pd.read_csv(p, dtype=dict.fromkeys(columns.text_columns(), str))
+        df = pd.read_csv(p, dtype=dict.fromkeys(lookup.text_columns(), str))
     except pd.errors.EmptyDataError:
         raise CompareInputError(f"{role} {p}: the file is empty; regenerate it with the benchmark") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
