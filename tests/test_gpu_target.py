@@ -127,7 +127,7 @@ def test_a_name_resolves_to_the_same_entry_in_plan_projection_and_tune(name, pre
 
     spelled = f"{pad}{prefix}{name.removeprefix('NVIDIA ')}{pad}"
     table = load_table()
-    entry = resolve(table, spelled, "--plan_device")  # the projection's (project_rows, --project_from)
+    entry = resolve(table, spelled, "--plan_device")  # tune's projection of its runs (tuning.runs.projected)
     target = plan_target(spelled)  # plan's, the fit map's and tune's --plan_device / --project_to predictions
     assert target.gpu == entry and target.name == entry.name and target.capacity == entry.capacity_bytes()
     assert plan_device_problem(spelled) is None and project_to_problems(spelled, None, 1) == []

@@ -10,7 +10,7 @@ from tunebench.experiment.models import load_config, load_model
 from tunebench.experiment.quantization import Quantization
 from tunebench.planning.fake_step import StepShape, predict_step
 from tunebench.planning.int8_outliers import NotCalibrated, OutlierColumns, converted_layers, count_columns
-from tunebench.verify.peak_rules import rounded
+from tunebench.planning.peak_rules import rounded
 
 bnb = pytest.importorskip("bitsandbytes")
 

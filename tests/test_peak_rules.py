@@ -1,4 +1,4 @@
-"""The prediction splits its peak by the scanner's rules (issue L): verify.peak_rules.ScannerRules against the
+"""The prediction splits its peak by the scanner's rules (issue L): planning.peak_rules.ScannerRules against the
 scanner's own replay (scanner.alloc_trace) on generated event sequences, and the CUDA semantics the fake step
 applies for a GPU target (autocast's float32 ops, fused dropout) checked dtype by dtype."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scanner.alloc_trace import replay, resolve_phases, step_peak
-from tunebench.verify.peak_rules import ScannerRules
+from tunebench.planning.peak_rules import ScannerRules
 
 # One step's history: allocations and frees, tensors saved for backward (and released), gradients arriving,
 # and the recompute of checkpointed layers (a layer begins, its children finish one by one).
@@ -192,7 +192,7 @@ def test_a_checkpoint_input_dying_after_the_meter_is_removed_reaches_no_torn_dow
     import gc
     import sys
 
-    from tunebench.verify.peak_rules import SavedTensorMeter
+    from tunebench.planning.peak_rules import SavedTensorMeter
 
     layer = torch.nn.Linear(4, 4)
     layer.gradient_checkpointing = True

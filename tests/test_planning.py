@@ -118,7 +118,7 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
 
 
 def test_packed_rows_say_why_their_activations_do_not_compare():
-    from tunebench.results.prediction_errors import error_columns
+    from tunebench.planning.prediction_errors import error_columns
 
     row = {"pred_mem_params": 100, "scan_mem_params": 100, "pred_mem_activations": 400, "scan_mem_activations": 350,
            "pred_mem_temporaries": 50, "scan_mem_temporaries": 45, "pred_mem_peak": 1000,

@@ -24,6 +24,13 @@ from projection_fixtures import (
 from tunebench.planning.projection.gpu_table import Gpu, load_table
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds, matmul_work
 from tunebench.planning.projection.project import project_one, project_rows
+from tunebench.results.folder import folders_by_id
+
+
+def _project(frame, target: str, gpu_table: str, results: Path, **options):
+    """project_rows as the projection calls it: the GPU resolved in the table, the folders of `results`."""
+    table = load_table(gpu_table)
+    return project_rows(frame, table, table.lookup(target), folders_by_id(results), **options)
 from tunebench.planning.projection.step_model import Measured, project_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,14 +124,14 @@ def test_the_synthetic_step_on_the_target_has_its_known_answer(tmp_path):
     yaml.write_text("gpus:\n  - name: dst\n    bf16_tflops: 400\n    memory_tb_per_s: 6.0\n    kernel_floor_us: 2\n"
                     "    host_link_gb_per_s: 64\n    power_w: 500\n"
                     f"  - name: {H100}\n    bf16_tflops: 800\n    memory_tb_per_s: 3.0\n")
-    frame = project_rows(pd.DataFrame([row]), "dst", str(yaml), str(tmp_path / "r"), gpu_hour_usd=2.0)
+    frame = _project(pd.DataFrame([row]), "dst", str(yaml), tmp_path / "r", gpu_hour_usd=2.0)
     assert frame.loc[0, "proj_note"].startswith("roofline per kernel: scan_kernel_<phase>_<class>_time columns")
     # per phase, the additive model: host gap kept + kernels scaled (µs): forward 56 + (1998 + 252 + 22), backward
     # 98 + 6002, optimizer 502, other 134 + 66; the steady median (5900) scaled by Σ projected ÷ Σ timed (5902)
     expected_phases = {"forward": 56 + 2272, "backward": 98 + 6002, "clip": 0, "optimizer": 502, "other": 134 + 66}
     scale = STEADY_US / sum(PHASE_US.values())
-    with_file = project_rows(pd.DataFrame([{**row, "experiment_id": _id(folder)}]), "dst", str(yaml),
-                             str(tmp_path / "r"), gpu_hour_usd=2.0).iloc[0]
+    with_file = _project(pd.DataFrame([{**row, "experiment_id": _id(folder)}]), "dst", str(yaml), tmp_path / "r",
+                         gpu_hour_usd=2.0).iloc[0]
     assert with_file["proj_note"].startswith("roofline per kernel: 6 kernels of the scanned step")
     # with the kernel file, the replay: launches at 0, 200, 1200, 1702, 1800, 4900 µs × s; the measured kernels
     # then end at 4900 s + 1002 = 5900 (the steady median), so s = 4898/4900. On the target the transfer (66) runs
@@ -222,6 +229,28 @@ def test_plan_project_from_writes_projection_csv_and_bad_input_exits_2(tmp_path)
         assert not (target / "projection.csv").exists()
 
 
+def test_the_python_api_projects_from_typed_options_and_names_their_fields(tmp_path):
+    """tunebench.project is `plan --project_from`'s projection (the same function), its problems named by the
+    ProjectionOptions field the caller set."""
+    import tunebench
+
+    results = tmp_path / "measured"
+    make_results(results)
+    options = tunebench.ProjectionOptions(project_from=str(results), plan_device="NVIDIA H200", gpu_hour_usd=3.5)
+    row = tunebench.project(options).iloc[0]
+    assert row["proj_device"] == "NVIDIA H200" and row["proj_source_device"] == H100
+    assert row["pred_capacity_bytes"] == 143771 * 1024**2 and bool(row["proj_fits"]) is True
+    for wrong, field in (({"num_gpus": 4}, "parallelism"), ({"gpu_hour_usd": float("nan")}, "gpu_hour_usd"),
+                         ({"plan_device": "80GiB"}, "plan_device"), ({"project_from": str(tmp_path)}, "project_from"),
+                         ({"parallelism": "tp"}, "parallelism")):
+        with pytest.raises(tunebench.InputError) as found:
+            tunebench.project(tunebench.ProjectionOptions(**{**vars(options), **wrong}))
+        assert [(p.source, p.key) for p in found.value.problems] == [("ProjectionOptions", field)], wrong
+    with pytest.raises(tunebench.InputError) as found:
+        tunebench.project(str(results))
+    assert [(p.source, p.key) for p in found.value.problems] == [("project", "options")]
+
+
 def test_the_report_compares_gpu_kinds_from_projection_csv(tmp_path):
     from report_fixtures import parse
 
@@ -262,7 +291,7 @@ def test_tune_ranks_points_for_the_gpu_it_projects_to_and_prunes_what_would_not_
     good = {"experiment_id": experiment, "repeat": 1, **measured_row(experiment, kernel_rows())}
     lost = {**good, "experiment_id": "elsewhere", "gpu_name": "Some Other GPU"}
     rows = projected([good, lost], options)
-    expected = project_rows(pd.DataFrame([good]), "dst", str(table), str(tmp_path / "r"))
+    expected = _project(pd.DataFrame([good]), "dst", str(table), tmp_path / "r")
     value = expected.loc[0, "proj_steady_nonpad_tokens_per_second"]
     assert value > 0 and value != good["steady_nonpad_tokens_per_second"]
     assert score(rows[0], options) == pytest.approx(math.log(value))

@@ -7,6 +7,7 @@ The Python API (typed options in, DataFrames out; the CLI and `tune` are its cli
     plan = tunebench.plan(matrix)                                    # benchmark.py plan
     result = tunebench.run(matrix, tunebench.RunSettings(results_output_path="out"))
     verdict = tunebench.compare("refs/cpu.csv", "out")               # benchmark.py compare
+    projected = tunebench.project(tunebench.ProjectionOptions(project_from="out", plan_device="NVIDIA H200"))
     tunebench.report("out")                                          # benchmark.py report
     found = tunebench.tune(tunebench.TuneOptions(model="preset:llama-tiny", device="cpu"))
 
@@ -25,6 +26,7 @@ _API = {
     "plan": "tunebench.api.planning", "fit_map": "tunebench.api.planning",
     "run": "tunebench.api.running", "RunSettings": "tunebench.api.running", "RunResult": "tunebench.api.running",
     "compare": "tunebench.api.comparing", "CompareOptions": "tunebench.api.comparing",
+    "project": "tunebench.api.projecting", "ProjectionOptions": "tunebench.api.projecting",
     "report": "tunebench.api.comparing",
     "tune": "tunebench.tuning.command", "TuneResult": "tunebench.tuning.command",
     "TuneOptions": "tunebench.tuning.options",

@@ -24,8 +24,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tunebench.api.projecting import ProjectionOptions, projection_frame  # noqa: E402
 from tunebench.planning.plan_matrix import plan_experiments  # noqa: E402
-from tunebench.planning.projection.command import projection  # noqa: E402
 from tunebench.planning.projection.memory import spec_of  # noqa: E402
 from tunebench.results.compare.samples import write_reference  # noqa: E402
 from tunebench.results.summaries import write_summaries  # noqa: E402
@@ -113,7 +113,7 @@ def projection_table(merged: Path, rows: pd.DataFrame) -> pd.DataFrame:
         for parallelism in (None, "ddp", "fsdp2"):
             if n == 1 and parallelism:
                 continue
-            table = projection(merged, H100, num_gpus=n, parallelism=parallelism, memory=False)
+            table = projection_frame(ProjectionOptions(merged, H100, num_gpus=n, parallelism=parallelism, memory=False))
             projected[(n, parallelism)] = table.set_index("experiment_id")
     out = []
     for target_id, target in ok[ok["num_gpus"] > 1].iterrows():

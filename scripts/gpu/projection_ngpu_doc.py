@@ -22,7 +22,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tunebench.planning.projection.command import measured_frame, projection  # noqa: E402
+from tunebench.api.projecting import ProjectionOptions, measured_frame, projection_frame  # noqa: E402
 
 GIB = 1024**3
 
@@ -32,7 +32,7 @@ def compare(root: Path, gpu: str) -> pd.DataFrame:
     ones, twos = measured[measured["num_gpus"] == 1], measured[measured["num_gpus"] == 2]
     rows = []
     for parallelism in ("ddp", "fsdp2"):
-        projected = projection(root, gpu, num_gpus=2, parallelism=parallelism).set_index("experiment_id")
+        projected = projection_frame(ProjectionOptions(root, gpu, num_gpus=2, parallelism=parallelism)).set_index("experiment_id")
         for _, one in ones.iterrows():
             two = twos[(twos["peft_method"] == one["peft_method"]) & (twos["framework_config"] == parallelism)]
             if two.empty:

@@ -24,10 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from scanner.kernel_split import read_rows  # noqa: E402
-from tunebench.planning.projection.command import measured_frame  # noqa: E402
+from tunebench.api.projecting import measured_frame  # noqa: E402
 from tunebench.planning.projection.gpu_table import load_table  # noqa: E402
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds  # noqa: E402
-from tunebench.planning.projection.project import folders_by_id, project_rows  # noqa: E402
+from tunebench.planning.projection.project import project_rows  # noqa: E402
+from tunebench.results.folder import folders_by_id  # noqa: E402
 
 PHASES = ("forward", "backward", "clip", "optimizer", "other")
 
@@ -70,9 +71,10 @@ def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per
 def directions(frames: dict[str, pd.DataFrame], dirs: dict[str, Path], table: str | None) -> pd.DataFrame:
     """Every experiment measured on both GPUs, projected each way; the measured value on the target beside it."""
     names = {kind: frame["gpu_name"].dropna().iloc[0] for kind, frame in frames.items()}
+    gpu_table = load_table(table)
     rows = []
     for src, dst in ((a, b) for a in frames for b in frames if a != b):
-        projected = project_rows(frames[src], names[dst], table, str(dirs[src]))
+        projected = project_rows(frames[src], gpu_table, gpu_table.lookup(names[dst]), folders_by_id(dirs[src]))
         target = frames[dst].set_index("experiment_id")
         for _, row in projected.iterrows():
             measured = target["steady_tokens_per_second"].get(row["experiment_id"])

@@ -95,7 +95,7 @@ def probe(model_name: str, layers: int | None, device: str, batch: int, seq: int
 
         from tunebench.planning.attention_kernels import gpu_attention
         from tunebench.planning.cuda_semantics import applied
-        from tunebench.planning.fake_step import _to_fake
+        from tunebench.planning.fake_model import to_fake as _to_fake
 
         with FakeTensorMode(allow_non_fake_inputs=True), applied(True):
             _to_fake(model)

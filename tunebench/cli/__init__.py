@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tunebench.api.matrix import Matrix, MatrixOptions, build
+from tunebench.api.projecting import ProjectionOptions, projection_frame
 from tunebench.api.running import RunResult, RunSettings, executor_problems, run_checked
 from tunebench.api.words import in_cli_words, unnamed_broken_plugins
 from tunebench.cli.options import OPTION_RANGES, booleans, build_parser, numbers, split
@@ -135,6 +136,29 @@ def _write_plan(options: argparse.Namespace, matrix: Matrix) -> int:
     return 0
 
 
+# The projection's columns `plan --project_from` prints (projection.csv holds them all).
+SHOWN = ("scenario", "framework_config", "model_name_or_path", "proj_num_gpus", "steady_tokens_per_second",
+         "proj_steady_tokens_per_second", "proj_step_time", "proj_usd_per_million_tokens", "proj_joules_per_token",
+         "pred_mem_peak", "pred_fits")
+
+
+def projection_options(options: argparse.Namespace) -> ProjectionOptions:
+    """`plan --project_from`'s options, typed."""
+    return ProjectionOptions(project_from=options.project_from, plan_device=options.plan_device,
+                             gpu_table=options.gpu_table, gpu_hour_usd=options.gpu_hour_usd,
+                             num_gpus=options.project_num_gpus, parallelism=options.project_parallelism)
+
+
+def _write_projection(options: argparse.Namespace) -> int:
+    """`plan --project_from`: project, print the table and write `<out>/projection.csv`."""
+    frame = projection_frame(projection_options(options))
+    print(frame[[c for c in SHOWN if c in frame.columns]].to_string(index=False))
+    path = Path(options.results_output_path) / results_folder.PROJECTION
+    write_atomic(path, frame.to_csv(index=False))
+    print(f"wrote {path}")
+    return 0
+
+
 def _plan_command(options: argparse.Namespace, matrix: Matrix) -> int:
     from tunebench.api.planning import check_models
 
@@ -207,11 +231,10 @@ def _environment_error(exc: OSError) -> int:
 
 def _checked_run(options: argparse.Namespace, planning_only: bool) -> int:
     if planning_only and options.project_from:  # measured rows onto another GPU: no matrix to expand
-        from tunebench.planning.projection.command import write_projection
         if problems := option_problems(options, OPTION_RANGES) + results_folder.check(options.results_output_path):
             raise InputError(problems)
         with results_lock(Path(options.results_output_path)):
-            return write_projection(options)
+            return _write_projection(options)
     matrix, settings = read_command_line(options, planning_only)
     if planning_only:
         return _plan_command(options, matrix)

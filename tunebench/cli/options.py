@@ -14,6 +14,7 @@ from transformers.hf_argparser import string_to_bool
 
 from tunebench.api.checks import cli_ranges
 from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT, MatrixOptions
+from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
 from tunebench.bounds import Range
 from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 # (the matrices' values arrive as text: `numbers` below checks each against the same COUNT range).
 CORE_RANGES: dict[str, Range] = {
     **{option: allowed for option, allowed in cli_ranges(MatrixOptions).items() if not option.endswith("_matrix")},
-    **cli_ranges(RunSettings), "--gpu_hour_usd": Range(0, 1e6), "--project_num_gpus": Range(1, 4096),
+    **cli_ranges(RunSettings), **cli_ranges(ProjectionOptions),
 }
 # The plugins' options carry their own ranges (executors, trackers: tunebench.cli.plugin_options).
 OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
@@ -154,7 +155,7 @@ def _run_options(opt) -> None:
         "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
     opt("--project_num_gpus", type=int, default=None, metavar="N",
         help="GPUs of --plan_device to project to (default: each row's own count)")
-    opt("--project_parallelism", choices=["ddp", "fsdp2"], default=None,
+    opt("--project_parallelism", choices=list(PARALLELISMS), default=None,
         help="how --project_num_gpus GPUs share a one-GPU row's work: DDP replicas or FSDP2 shards (a row measured "
              "on several GPUs keeps its own)")
     opt("--skip_predicted_oom", action="store_true", help="experiments predicted not to fit are `skipped` with the "

@@ -17,9 +17,9 @@ from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
+from tunebench.planning.prediction_errors import error_columns
 from tunebench.readback import read_tail
 from tunebench.results import summaries as results
-from tunebench.results.prediction_errors import error_columns
 from tunebench.telemetry.trackers import TRACKERS, harness_trackers
 from tunebench.vocabulary import Executor, Status
 

@@ -17,8 +17,8 @@ from tunebench.execution.experiment_run import (
 from tunebench.execution.progress import MatrixProgress, settings_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.predict import reserved_bytes, usable_bytes
+from tunebench.planning.prediction_errors import error_columns
 from tunebench.results import summaries as results
-from tunebench.results.prediction_errors import error_columns
 from tunebench.vocabulary import Executor, Status
 
 logger = logging.getLogger(__name__)

@@ -15,16 +15,16 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from tunebench.experiment.quantization import Quantization, adapters_in_bfloat16
+from tunebench.experiment.quantization import Quantization
 from tunebench.experiment.sharding import Fsdp
+from tunebench.planning.fake_model import meta_model, to_fake
 from tunebench.planning.int8_outliers import OutlierColumns
+from tunebench.planning.peak_rules import MEMTRACKER_TYPES, rounded
 from tunebench.planning.quantized import (
     fake_kernels,
-    fake_parameter,
     mark_outlier_columns,
     module_quant_state_bytes,
     quant_state_bytes,
-    quantize_meta,
 )
 from tunebench.planning.step_contexts import (
     cuda_block_rounding,
@@ -33,18 +33,12 @@ from tunebench.planning.step_contexts import (
     packed_rows_only_if,
     peak_only,
 )
-from tunebench.verify.peak_rules import rounded
 
 logger = logging.getLogger(__name__)
 
-CATEGORIES = {  # prediction category -> MemTracker reference types
-    "params": ("Parameter",),
-    "buffers": ("Buffer",),
-    "grads": ("Gradient",),
-    "optimizer": ("Optstate",),
-    "activations": ("Activation",),
-    "temporaries": ("Temp", "Other", "Input"),
-}
+# prediction category -> MemTracker reference types: the scanner's, and the batch the fake step makes itself (the
+# Trainer's batch is an input MemTracker files apart; in a real step it is a temporary of the scanner's)
+CATEGORIES = {**MEMTRACKER_TYPES, "temporaries": (*MEMTRACKER_TYPES["temporaries"], "Input")}
 
 
 @dataclass(frozen=True)
@@ -75,73 +69,6 @@ class StepShape:
     world: int = 1
 
 
-def _model(shape: StepShape):
-    """The model as the training entry builds it, on the meta device (PEFT included): no memory at all."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from tunebench.experiment.models import load_config
-    from tunebench.planning.cuda_semantics import recompute_context
-
-    config = load_config(shape.model)
-    kwargs = {"attn_implementation": shape.attn_implementation} if shape.attn_implementation else {}
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, shape.dtype), **kwargs)
-    quantized = shape.quantization is not None and shape.quantization.enabled
-    if quantized:
-        quantize_meta(model, shape.quantization, getattr(torch, shape.dtype))
-    if shape.checkpointing:
-        # context_fn: the recompute follows the CUDA rules the forward ran under (planning.cuda_semantics)
-        kwargs = {"use_reentrant": False, "context_fn": recompute_context}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name for the same switch
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        model.config.use_cache = False
-    if shape.peft != "none":
-        from peft import LoraConfig, PromptTuningConfig, TaskType, get_peft_model
-
-        from tunebench.experiment.components import lora_targets as peft_targets
-        from tunebench.experiment.entry_parser import quiet_renamed_checkpointing_warning
-
-        quiet_renamed_checkpointing_warning()
-
-        if shape.checkpointing:
-            model.enable_input_require_grads()  # what PEFT + Trainer do for checkpointed frozen weights
-        peft_config = (LoraConfig(r=shape.lora_r, lora_alpha=shape.lora_alpha, target_modules=peft_targets(shape.lora_targets),
-                                  task_type=TaskType.CAUSAL_LM) if shape.peft == "lora"
-                       else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM))
-        with torch.device("meta"):
-            model = get_peft_model(model, peft_config)
-        if quantized:
-            adapters_in_bfloat16(model)
-    model.train()
-    return model, config
-
-
-def _to_fake(model) -> None:
-    """Replace every meta parameter and buffer by a fake CPU tensor of the same shape and dtype, in place.
-
-    (Module.to() would swap fake parameters with swap_tensors, which fails while other modules reference
-    them; assigning into `_parameters` keeps one object per shared parameter, so tied weights stay tied.)
-    """
-    import torch
-
-    made: dict[int, torch.nn.Parameter] = {}
-    for module in model.modules():
-        for name, param in list(module._parameters.items()):
-            if param is None:
-                continue
-            if id(param) not in made:
-                fake = fake_parameter(module, param)  # a quantized weight, else None
-                made[id(param)] = fake if fake is not None else torch.nn.Parameter(
-                    torch.empty_like(param, device="cpu"), requires_grad=param.requires_grad)
-            module._parameters[name] = made[id(param)]
-        for name, buffer in list(module._buffers.items()):
-            if buffer is not None:
-                module._buffers[name] = torch.zeros_like(buffer, device="cpu")
-
-
 def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: int | None = None) -> dict:
     """Bytes per category alive at the measured step's peak, plus `peak` (their sum), and the attention kernel
     assumed (`attention`). With `gpu_arch` (a CUDA target's compute capability) attention runs as that GPU's
@@ -159,14 +86,14 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     )
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
-    model, config = _model(shape)
+    model, config = meta_model(shape)
     sharded = shape.fsdp is not None and shape.world > 1
     compiled = inductor_plans(cuda=bool(gpu_arch)) if shape.compile_mode else contextlib.nullcontext()
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
             (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, flat_storage_checks(), \
             FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_fallback_unless_bf16(shape.dtype), compiled, \
             kernels_as_the_gpu(shape, model, config, gpu_arch):
-        _to_fake(model)
+        to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:
             model = shard(model, shape.fsdp, mesh, "bf16" if shape.autocast_bf16 else "no")
@@ -228,7 +155,7 @@ class _TracedStep:
         from torch.distributed._tools.mem_tracker import MemTracker
 
         from tunebench.planning.compiled_step import ignoring_compile
-        from tunebench.verify.peak_rules import observed_tracker
+        from tunebench.planning.peak_rules import observed_tracker
 
         self.shape, self.config, self.gpu_arch = shape, config, gpu_arch
         self.round, self.block = round_to_cuda_blocks, block
@@ -241,8 +168,12 @@ class _TracedStep:
     def run(self, model, optimizer, trainable: list) -> None:
         import torch
 
-        from tunebench.verify.memtracker_step import ignore_frozen_parameters
-        from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, tracked_total
+        from tunebench.planning.peak_rules import (
+            SavedTensorMeter,
+            ScannerRules,
+            ignore_frozen_parameters,
+            tracked_total,
+        )
 
         # The batch exists before the tracker looks (as the Trainer's batch does before its step).
         ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
@@ -263,7 +194,7 @@ class _TracedStep:
                 # (all but the first are alike): simulate that one, with the first micro-batch's gradients.
                 for p in trainable:
                     p.grad = torch.zeros_like(p)
-            # On a CUDA target the peak is split by the scanner's rules (verify.peak_rules), not MemTracker's
+            # On a CUDA target the peak is split by the scanner's rules (planning.peak_rules), not MemTracker's
             follow = self.round and hasattr(self.tracker, "_curr_mem_snap")  # else MemTracker's own split
             self.rules = ScannerRules(lambda: tracked_total(self.tracker), block=self.block) if follow else None
             self.tracker.after_op = self.rules.after_op if self.rules is not None else None

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.planning.projection.gpu_table import Gpu, load_table
+from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +27,15 @@ _UNITS = {"gib": GIB, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
 class PlanTarget:
     """One GPU's memory (bytes; None: nothing to judge against), its name as the plan reports it (the table's, or
     nvidia-smi's for a GPU the table lacks), its compute capability × 10 (None: unknown, Hopper's kernels are
-    assumed) and its table entry (None for a size)."""
+    assumed), its table entry (None for a size) and the table it was found in (the projection looks the measured
+    GPU up in the same one)."""
 
     capacity: int | None = None
     name: str | None = None
     arch: int | None = None
     gpu: Gpu | None = None
     named: bool = False  # the user named a GPU (not a size, not the GPU present): the plan is for CUDA
+    table: GpuTable | None = field(default=None, compare=False, repr=False)
 
 
 def parse_size(spec: str) -> int | None:
@@ -71,11 +73,12 @@ def plan_target(spec: str | None, detected: list | tuple = (), gpu_table: str | 
         if capacity is None:
             raise InputError([InputProblem("command line", option, f"the GPU table gives no memory for {gpu.name}",
                                            "add memory_mib to its entry in a --gpu_table file")])
-        return PlanTarget(capacity, gpu.name, gpu.arch(), gpu, named=True)
+        return PlanTarget(capacity, gpu.name, gpu.arch(), gpu, named=True, table=table)
     if detected:
         here = detected[0]
-        gpu = load_table(gpu_table).lookup(here.name)
+        table = load_table(gpu_table)
+        gpu = table.lookup(here.name)
         mib = here.memory_total_mib
         capacity = int(mib * 1024**2) if mib and mib == mib else (gpu.capacity_bytes() if gpu else None)
-        return PlanTarget(capacity, here.name, gpu.arch() if gpu else None, gpu)
+        return PlanTarget(capacity, here.name, gpu.arch() if gpu else None, gpu, table=table)
     return PlanTarget()

@@ -195,7 +195,7 @@ def module_quant_state_bytes(model, block: int) -> int:
     """Bytes of 4-bit quantization state that only the layers hold (`module.quant_state`), not their weights: under
     FSDP2 a sharded 4-bit weight is a DTensor without it. The scanner sees it as memory held before the step."""
     from scanner.memory import quantization_state_tensors
-    from tunebench.verify.peak_rules import rounded
+    from tunebench.planning.peak_rules import rounded
 
     counted = {t.untyped_storage()._cdata for t in quantization_state_tensors(model)}
     seen, total = set(), 0
@@ -214,7 +214,7 @@ def module_quant_state_bytes(model, block: int) -> int:
 def quant_state_bytes(model, block: int) -> int:
     """Bytes of the quantization state (scanner.memory.quantization_state_tensors), sized as the allocator would."""
     from scanner.memory import quantization_state_tensors
-    from tunebench.verify.peak_rules import rounded
+    from tunebench.planning.peak_rules import rounded
 
     seen, total = set(), 0
     for tensor in quantization_state_tensors(model):

@@ -29,11 +29,11 @@ CATEGORIES = ("params", "grads", "optimizer", "activations", "temporaries", "pea
 
 def residual_rows(summary, source: str):
     """(source, GPU, allocator setting, experiment, category, predicted, measured) of every ok CUDA row of a results
-    table whose prediction compares with its measurement (results.prediction_errors leaves incomparable ones
+    table whose prediction compares with its measurement (planning.prediction_errors leaves incomparable ones
     empty). A row without `cuda_alloc_conf` ran before the harness set it: PyTorch's default allocator ("")."""
     import pandas as pd
 
-    from tunebench.results.prediction_errors import ERROR_PAIRS, error_columns
+    from tunebench.planning.prediction_errors import ERROR_PAIRS, error_columns
 
     measured_of = dict(ERROR_PAIRS)
     rows = []

@@ -184,7 +184,7 @@ def held_between_steps(model, block: int) -> int:
     parameters' views, not the flat parameter's own gradient). The scanner counts them as `other`."""
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    from tunebench.verify.peak_rules import rounded
+    from tunebench.planning.peak_rules import rounded
 
     storages = {}
     for unit in FullyShardedDataParallel.fsdp_modules(model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from tunebench.verify.peak_rules import rounded
+from tunebench.planning.peak_rules import rounded
 
 logger = logging.getLogger(__name__)
 

@@ -244,3 +244,13 @@ def remove_previous_results(root: Path) -> int:
         except OSError:
             logger.warning("kept %s: it holds files tunebench did not write", compare)
     return removed
+
+
+def folders_by_id(root: Path) -> dict[tuple[str, int], Path]:
+    """(experiment_id, repeat) → its experiment folder, for every experiment folder directly inside `root`."""
+    found = {}
+    for folder in experiment_folders(root):
+        stem = REPEAT_SUFFIX.sub("", folder.name)
+        repeat = REPEAT_SUFFIX.search(folder.name)
+        found[(stem.rpartition("_")[2], int(repeat.group(0)[2:]) if repeat else 1)] = folder
+    return found

@@ -117,11 +117,15 @@ def projected(rows: list[dict[str, Any]], options: TuneOptions) -> list[dict[str
     be projected gets the proj_note saying why, and no objective)."""
     import pandas as pd
 
+    from tunebench.planning.projection.gpu_table import load_table, resolve
     from tunebench.planning.projection.project import project_rows
+    from tunebench.results.folder import folders_by_id
 
     if not rows:
         return rows
-    frame = project_rows(pd.DataFrame(rows), options.project_to, options.gpu_table, options.results_output_path,
+    table = load_table(options.gpu_table)
+    target = resolve(table, options.project_to, "--plan_device")
+    frame = project_rows(pd.DataFrame(rows), table, target, folders_by_id(Path(options.results_output_path)),
                          options.gpu_hour_price)
     return [{**row, **{k: v for k, v in extra.items() if k.startswith("proj_")}}
             for row, extra in zip(rows, frame.to_dict("records"), strict=True)]

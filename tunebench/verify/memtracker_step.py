@@ -2,7 +2,7 @@
 
 MemTracker hooks every tensor creation through a dispatch mode, so its step is far slower than a real one: it
 is run on the same step as the scanner's memory scan (one peak instant for both), never on a timed step.
-On CUDA the peak MemTracker measures is also split by the scanner's rules (verify.peak_rules: what holds a
+On CUDA the peak MemTracker measures is also split by the scanner's rules (planning.peak_rules: what holds a
 tensor, not when it was made): MemTracker's own split files a forward tensor that is alive but not saved (the
 logits) as an activation, the scanner as a temporary, which is a difference of definition, not of measurement.
 """
@@ -13,42 +13,12 @@ import logging
 
 from transformers import TrainerCallback
 
+from tunebench.planning.peak_rules import MEMTRACKER_TYPES, ignore_frozen_parameters
+
 logger = logging.getLogger(__name__)
 
-CATEGORY_MAP = {  # scanner column -> MemTracker reference types
-    "scan_mem_params": ("Parameter",),
-    "scan_mem_buffers": ("Buffer",),
-    "scan_mem_grads": ("Gradient",),
-    "scan_mem_optimizer": ("Optstate",),
-    "scan_mem_activations": ("Activation",),
-    "scan_mem_temporaries": ("Temp", "Other"),
-}
-
-
-class _NoHandle:
-    def remove(self) -> None:
-        pass
-
-
-def ignore_frozen_parameters(tracker, model) -> None:
-    """Let MemTracker enter over a model with frozen weights (LoRA, prompt tuning): it registers a gradient hook
-    on every parameter, which a parameter without requires_grad refuses; give those a handle that does nothing.
-    Parameters made during the step (FSDP2's gathered weights) get one as MemTracker first meets them."""
-    handles = tracker._param_to_grad_hook_handles
-    kind = type(handles)
-
-    class FrozenAware(kind):
-        def get(self, param, default=None):
-            found = super().get(param, default)
-            frozen = not param.requires_grad or not param.is_leaf  # a view (FSDP1's parameters) takes no hook
-            return (_NoHandle(), _NoHandle()) if found is None and frozen else found
-
-    aware = FrozenAware()
-    aware.update(handles)
-    tracker._param_to_grad_hook_handles = aware
-    for p in model.parameters():
-        if not p.requires_grad:
-            aware[p] = (_NoHandle(), _NoHandle())
+# scanner column -> MemTracker reference types (the scanner's categories, as MemTracker names what it tracks)
+CATEGORY_MAP = {f"scan_mem_{category}": types for category, types in MEMTRACKER_TYPES.items()}
 
 
 class MemTrackerStep(TrainerCallback):
@@ -67,7 +37,7 @@ class MemTrackerStep(TrainerCallback):
         from torch.distributed._tools.mem_tracker import MemTracker
 
         from scanner.record import unwrap_optimizer
-        from tunebench.verify.peak_rules import observed_tracker
+        from tunebench.planning.peak_rules import observed_tracker
 
         self.tracker = observed_tracker(MemTracker)()
         ignore_frozen_parameters(self.tracker, model)
@@ -79,7 +49,7 @@ class MemTrackerStep(TrainerCallback):
     def _follow_holders(self, model) -> None:
         """Feed the scanner's rules from this step: saved tensors and checkpoint inputs during each forward,
         gradients as they accumulate, MemTracker's running total after every op."""
-        from tunebench.verify.peak_rules import SavedTensorMeter, ScannerRules, tracked_total
+        from tunebench.planning.peak_rules import SavedTensorMeter, ScannerRules, tracked_total
 
         rules = ScannerRules(lambda: tracked_total(self.tracker), block=512)
         self.tracker.after_op = rules.after_op

@@ -1,8 +1,10 @@
-"""Projection: throughput, phases, cost and memory of measured experiments on another GPU kind or on N GPUs."""
+"""Projection: throughput, phases, cost and memory of measured experiments on another GPU kind or on N GPUs.
 
+    project.py      project_rows: measured rows → the `proj_*` columns on a GPU of the table (handed in resolved)
+    memory.py       the memory verdict there: each experiment's spec.json re-planned for the target and N ranks
+    gpu_table.py    the one GPU table (gpus.yaml, merged with a user's --gpu_table): memory, compute capability, rates
+    kernel_model.py, host_replay.py, step_model.py, ranks.py: the kernels' roofline, the launch-queue replay,
+                    the additive phase model, N GPUs' collectives
 
-def project_rows(*args, **kwargs):
-    """tunebench.planning.projection.project.project_rows (imported when used: the CLI starts fast)."""
-    from tunebench.planning.projection.project import project_rows as run
-
-    return run(*args, **kwargs)
+The caller reads the results folder and resolves the GPU (tunebench.api.projecting); nothing here reads one.
+"""

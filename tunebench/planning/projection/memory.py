@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec, FrameworkConfig
+from tunebench.planning.projection.gpu_table import Gpu
 from tunebench.readback import load_json
 
 logger = logging.getLogger(__name__)
@@ -68,3 +70,20 @@ def verdict(folder: Path, n: int, parallelism: str | None, capacity: int | None,
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return {"pred_note": f"no memory prediction: {folder / SPEC_FILE} unreadable ({exc})"[:300]}
     return plan_experiments([spec], capacity, device_name=device_name)[spec.experiment_id]
+
+
+def with_verdicts(frame, folders: Mapping[tuple, Path], target: Gpu, parallelism: str | None):
+    """`frame` (projected rows) with the memory verdict of each row's experiment on the target: `proj_mem_peak`,
+    `proj_fits` and the `pred_*` columns (empty where the row's experiment folder is unknown). A row measured on
+    several GPUs is re-planned with its own parallelism, a one-GPU row with `parallelism`."""
+    import pandas as pd
+
+    capacity = target.capacity_bytes()
+    verdicts = []
+    for _, row in frame.iterrows():
+        folder = folders.get((row.get("experiment_id"), int(row.get("repeat", 1) or 1)))
+        count = int(row.get("proj_num_gpus") or 1)
+        own = row.get("proj_source_parallelism") if int(row.get("proj_source_num_gpus") or 1) > 1 else None
+        found = verdict(folder, count, own or parallelism, capacity, target.name) if folder else {}
+        verdicts.append({"proj_mem_peak": found.get("pred_mem_peak"), "proj_fits": found.get("pred_fits"), **found})
+    return pd.concat([frame, pd.DataFrame(verdicts, index=frame.index)], axis=1)

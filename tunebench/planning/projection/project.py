@@ -1,14 +1,16 @@
 """Measured rows projected onto a GPU kind (and N GPUs): the `proj_*` columns, cost and energy, and the note.
 
-`project_rows(frame, target)` works on any DataFrame of measured rows (a results CSV, tune's points);
-`project_folder(results, target)` reads a results folder's experiment folders, where each row's per-kernel file
-(kernels.csv.gz) refines the split and spec.json gives the memory verdict on the target.
+`project_rows(frame, table, gpu, folders)` works on any DataFrame of measured rows (a results folder's rows, tune's
+points); where a row's experiment folder is known, its per-kernel file (kernels.csv.gz) refines the split (and its
+spec.json gives the memory verdict on the target: projection/memory.py). The caller reads the rows and resolves
+the GPU (tunebench.api.projecting): nothing here reads a results folder or a GPU name.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pandas as pd
 
 import tunebench.planning.projection.ranks as ranks
 from tunebench.experiment.sharding import parallelism_of
-from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table, resolve
+from tunebench.planning.projection.gpu_table import Gpu, GpuTable
 from tunebench.planning.projection.host_replay import project_replay
 from tunebench.planning.projection.kernel_model import (
     Rates,
@@ -223,15 +225,13 @@ def cost_columns(projected: dict[str, Any], target: Gpu, gpu_hour_usd: float | N
     return out
 
 
-def project_rows(frame: pd.DataFrame, target: str, gpu_table: str | None = None, results_dir: str | None = None,
+def project_rows(frame: pd.DataFrame, table: GpuTable, target: Gpu, folders: Mapping[tuple, Path] | None = None,
                  gpu_hour_usd: float | None = None, num_gpus: int | None = None,
                  parallelism: str | None = None) -> pd.DataFrame:
-    """The rows of `frame` projected onto `num_gpus` of `target` (a GPU name of the table): the frame's identity
-    columns and the `proj_*` columns, one row per input row. With `results_dir`, each row's experiment folder
-    (kernels.csv.gz) refines the split. Raises InputError for an unknown target or a bad GPU table."""
-    table = load_table(gpu_table)
-    gpu = resolve(table, target, "--plan_device")
-    folders = folders_by_id(Path(results_dir)) if results_dir else {}
+    """The rows of `frame` projected onto `num_gpus` of `target` (an entry of `table`, resolved by the caller):
+    the frame's identity columns and the `proj_*` columns, one row per input row. `folders`: (experiment_id,
+    repeat) → experiment folder, whose kernel rows (kernels.csv.gz) refine the split."""
+    folders = folders or {}
     keep = [c for c in ("experiment_id", "scenario", "framework_config", "model_name_or_path", "num_gpus",
                         "peft_method", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_len",
                         "repeat", "gpu_name", "steady_tokens_per_second", "steady_nonpad_tokens_per_second",
@@ -239,19 +239,7 @@ def project_rows(frame: pd.DataFrame, target: str, gpu_table: str | None = None,
     rows = []
     for _, row in frame.iterrows():
         folder = folders.get((row.get("experiment_id"), int(num(row, "repeat") or 1)))
-        projected = project_one(row, folder, table, gpu, num_gpus, parallelism)
-        projected.update(cost_columns(projected, gpu, gpu_hour_usd))
+        projected = project_one(row, folder, table, target, num_gpus, parallelism)
+        projected.update(cost_columns(projected, target, gpu_hour_usd))
         rows.append({**{c: row[c] for c in keep}, **projected})
     return pd.DataFrame(rows)
-
-
-def folders_by_id(root: Path) -> dict[tuple, Path]:
-    """(experiment_id, repeat) → its experiment folder."""
-    from tunebench.results.folder import REPEAT_SUFFIX, experiment_folders
-
-    found = {}
-    for folder in experiment_folders(root):
-        stem = REPEAT_SUFFIX.sub("", folder.name)
-        repeat = REPEAT_SUFFIX.search(folder.name)
-        found[(stem.rpartition("_")[2], int(repeat.group(0)[2:]) if repeat else 1)] = folder
-    return found

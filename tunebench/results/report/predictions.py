@@ -13,8 +13,8 @@ import logging
 
 import pandas as pd
 
+from tunebench.planning.prediction_errors import ERROR_PAIRS
 from tunebench.results.charts import figures as charts
-from tunebench.results.prediction_errors import ERROR_PAIRS
 from tunebench.results.report.html import img, omitted, table
 
 logger = logging.getLogger(__name__)

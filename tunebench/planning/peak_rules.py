@@ -22,6 +22,18 @@ import weakref
 logger = logging.getLogger(__name__)
 
 
+# The scanner's memory categories -> the MemTracker reference types that make each up (verify's oracle reads a
+# real step's peak this way; the fake step adds the batch it makes: planning.fake_step).
+MEMTRACKER_TYPES = {
+    "params": ("Parameter",),
+    "buffers": ("Buffer",),
+    "grads": ("Gradient",),
+    "optimizer": ("Optstate",),
+    "activations": ("Activation",),
+    "temporaries": ("Temp", "Other"),
+}
+
+
 def rounded(nbytes: int, block: int) -> int:
     """`nbytes` in whole `block`-byte blocks, as the CUDA caching allocator sizes a storage (block 512; 1: as is)."""
     return -(-nbytes // block) * block
@@ -279,3 +291,29 @@ class _Held:
 
     def __del__(self):
         self.meter._release(self.key)
+
+
+class _NoHandle:
+    def remove(self) -> None:
+        pass
+
+
+def ignore_frozen_parameters(tracker, model) -> None:
+    """Let MemTracker enter over a model with frozen weights (LoRA, prompt tuning): it registers a gradient hook
+    on every parameter, which a parameter without requires_grad refuses; give those a handle that does nothing.
+    Parameters made during the step (FSDP2's gathered weights) get one as MemTracker first meets them."""
+    handles = tracker._param_to_grad_hook_handles
+    kind = type(handles)
+
+    class FrozenAware(kind):
+        def get(self, param, default=None):
+            found = super().get(param, default)
+            frozen = not param.requires_grad or not param.is_leaf  # a view (FSDP1's parameters) takes no hook
+            return (_NoHandle(), _NoHandle()) if found is None and frozen else found
+
+    aware = FrozenAware()
+    aware.update(handles)
+    tracker._param_to_grad_hook_handles = aware
+    for p in model.parameters():
+        if not p.requires_grad:
+            aware[p] = (_NoHandle(), _NoHandle())
