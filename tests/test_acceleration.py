@@ -32,6 +32,17 @@ def test_labels_and_settings_from_the_model_arguments():
     assert quantization_of(ModelArguments(load_in_8bit=True)).label() == "bnb-8bit"
 
 
+@pytest.mark.parametrize("given", [{}, {"load_in_4bit": True}, {"load_in_4bit": True, "bnb_4bit_quant_type": "fp4",
+                                   "torch_dtype": "float16"}, {"load_in_8bit": True, "llm_int8_threshold": 0.0}])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_the_spec_values_and_the_built_arguments_give_one_setting(given, sharded):
+    """quantization_of reads a spec's typed model values (only the given keys) as it reads the ModelArguments the
+    child builds from them: the same setting, the dataclass's defaults where a key is absent."""
+    from tunebench.experiment.arguments import ModelArguments
+
+    assert quantization_of(given, sharded) == quantization_of(ModelArguments(**given), sharded)
+
+
 @pytest.mark.parametrize("entry, key", [
     ({"model": {"load_in_4bit": True, "load_in_8bit": True}}, "load_in_8bit"),
     ({"training": {"torch_compile_mode": "fastest"}}, "torch_compile_mode"),

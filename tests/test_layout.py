@@ -233,3 +233,40 @@ def test_functions_stay_short(folder):
     """A function longer than a screen does several things: each gets its name."""
     found = {str(path.relative_to(ROOT)): long for path in _modules(folder).values() if (long := _long_functions(path))}
     assert found == {}, f"functions over {MAX_FUNCTION_LINES} lines: {found}"
+
+
+# Settings with one reader: every other module asks it (a new reader of the same key is a second meaning waiting to
+# drift). key -> the module that reads it.
+ONE_READER = {**dict.fromkeys(("load_in_4bit", "load_in_8bit", "llm_int8_threshold", "bnb_4bit_quant_type",
+                               "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"),
+                              "tunebench.experiment.quantization")}
+_READS = ("get", "value", "group_value", "getattr", "pop", "setting")
+
+
+def _setting_reads(path: Path) -> set[str]:
+    """The ONE_READER keys a file reads: `x.get(key)`, `x.value(group, key)`, `getattr(x, key)`, `x[key]`,
+    `setting(key)`; `model.key` attributes of the typed arguments count too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in _READS:
+                found |= {a.value for a in node.args if isinstance(a, ast.Constant) and a.value in ONE_READER}
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in ONE_READER:
+            found.add(node.slice.value)
+        elif isinstance(node, ast.Attribute) and node.attr in ONE_READER and isinstance(node.ctx, ast.Load):
+            found.add(node.attr)
+    return found
+
+
+def test_the_one_reader_check_finds_a_second_reader(tmp_path):
+    (tmp_path / "m.py").write_text('"""m."""\ndef f(spec, model):\n    return spec.value("model", "load_in_4bit") or '
+                                   'model.load_in_8bit or model["bnb_4bit_quant_type"]\n')
+    assert _setting_reads(tmp_path / "m.py") == {"load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type"}
+
+
+def test_a_setting_is_read_by_its_one_reader():
+    modules = _modules("tunebench")
+    found = {name: sorted(keys) for name, path in modules.items()
+             if (keys := {k for k in _setting_reads(path) if ONE_READER[k] != name})}
+    assert found == {}, f"read these through their one reader ({ONE_READER}): {found}"

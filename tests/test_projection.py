@@ -24,16 +24,18 @@ from projection_fixtures import (
 from tunebench.planning.projection.gpu_table import Gpu, load_table
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds, matmul_work
 from tunebench.planning.projection.project import project_one, project_rows
+from tunebench.planning.projection.step_model import Measured, project_step
 from tunebench.results.folder import folders_by_id
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _project(frame, target: str, gpu_table: str, results: Path, **options):
     """project_rows as the projection calls it: the GPU resolved in the table, the folders of `results`."""
     table = load_table(gpu_table)
     return project_rows(frame, table, table.lookup(target), folders_by_id(results), **options)
-from tunebench.planning.projection.step_model import Measured, project_step
 
-REPO = Path(__file__).resolve().parents[1]
+
 # A made-up target (given to the table by a user YAML below): half the matmul rate and twice the bandwidth of
 # the measured GPU, the same kernel floor.
 SRC = Gpu("src", (), {"bf16_tflops": 800.0, "memory_tb_per_s": 3.0, "kernel_floor_us": 2.0, "host_link_gb_per_s": 64})

@@ -15,6 +15,7 @@ from tunebench.execution.launchers import LAUNCHERS, Rendezvous, choose, chosen,
 from tunebench.execution.processes import RunSession, run_process
 from tunebench.experiment import acceleration
 from tunebench.experiment.kernel_checks import attention_mismatch
+from tunebench.experiment.sharding import fsdp_of
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.planning.prediction_errors import error_columns
@@ -80,7 +81,7 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
                 "the count on purpose)")
     if experiment.num_gpus < fc.min_gpus:
         return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
-    if experiment.device_type == "cpu" and experiment.value("training", "fsdp"):
+    if experiment.device_type == "cpu" and fsdp_of(experiment.entry.get("training", {})) is not None:
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"

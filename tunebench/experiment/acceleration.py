@@ -88,16 +88,15 @@ def attention_problem(attention: str | None) -> Problem | None:
 
 def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
     """Why a setting does not apply to this experiment (the row is `skipped` with it), or None."""
-    from tunebench.experiment.arguments import ModelArguments
+    from tunebench.experiment.arguments import group_value
     from tunebench.experiment.sharding import fsdp_of
     from tunebench.experiment.sharding import quantized_skip_reason as sharded_skip_reason
 
-    model_values = {k: v for k, v in entry.get("model", {}).items() if k in ModelArguments.__dataclass_fields__}
-    model_args = ModelArguments(**model_values)
+    model = entry.get("model", {})
     fsdp = fsdp_of(entry.get("training", {}))
-    quantization = quantization_of(model_args, sharded=fsdp is not None)
+    quantization = quantization_of(model, sharded=fsdp is not None)
     reason = (quantized_skip_reason(quantization, entry.get("peft", {}).get("peft_method", "none"))
-              or sharded_skip_reason(fsdp, quantization, str(model_args.torch_dtype)))
+              or sharded_skip_reason(fsdp, quantization, str(group_value("model", model, "torch_dtype"))))
     if reason:
         return reason
     if entry.get("training", {}).get("use_liger_kernel"):

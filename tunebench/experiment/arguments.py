@@ -8,16 +8,18 @@ against them before anything runs, and the README's argument table is made from 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from tunebench.experiment.quantization import INT8_THRESHOLD
 from tunebench.vocabulary import PeftMethod
 
 logger = logging.getLogger(__name__)
 
+INT8_THRESHOLD = 6.0  # LLM.int8's default outlier threshold (BitsAndBytesConfig's llm_int8_threshold)
 MEMORY_LOGGING_CHOICES = ("scanner", "huggingface", "nvidia", "all", "none")
 
 
@@ -144,6 +146,17 @@ class BenchArguments:
 
 # The entry's argument groups, in the order the entry receives them (the SFTConfig group, "training", is last).
 ENTRY_GROUPS = {"model": ModelArguments, "data": DataArguments, "peft": PeftArguments, "bench": BenchArguments}
+
+
+def group_value(group: str, values: Mapping[str, Any] | Any, key: str) -> Any:
+    """One typed setting of an entry group: the value given in `values` (the group's typed values, as a spec's
+    `entry` holds them, or the group's arguments object), else the group's default."""
+    given = values if isinstance(values, Mapping) else vars(values)
+    if key in given:
+        return given[key]
+    kind = ENTRY_GROUPS.get(group) or training_class()
+    default = next(f for f in dataclasses.fields(kind) if f.name == key)
+    return default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
 
 
 def parse_memory_logging(value: str) -> set[str]:

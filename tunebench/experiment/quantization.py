@@ -10,15 +10,19 @@ parity of a quantized row against its baseline measures the quantization and not
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
 import logging
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from tunebench.experiment.arguments import INT8_THRESHOLD, group_value
 from tunebench.fileio import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -27,7 +31,6 @@ QUANT_FIX = "pip install 'tunebench[quant]' (bitsandbytes)"
 # The RNG state right after the random init: restored after loading, so what draws next (LoRA's init) draws
 # exactly what it draws after the unquantized baseline's init, whether the checkpoint was written now or reused.
 RNG_FILE = "tunebench_rng_state.pt"
-INT8_THRESHOLD = 6.0  # LLM.int8's default outlier threshold (BitsAndBytesConfig's llm_int8_threshold)
 
 
 @dataclass(frozen=True)
@@ -58,27 +61,35 @@ class Quantization:
 FLOAT_STORAGE = ("bfloat16", "float16", "float32")
 
 
-def quantization_of(model_args, sharded: bool = False) -> Quantization:
-    """The typed setting from ModelArguments (load_in_4bit / load_in_8bit and the bnb_4bit_* keys). `sharded`: the
-    run shards its parameters (FSDP), where `bnb_4bit_quant_storage: auto` stores the 4-bit weights in the
-    weights' own dtype, so FSDP shards them like the rest (uint8-stored ones it cannot: accelerate leaves them
-    whole on every rank)."""
-    if getattr(model_args, "load_in_4bit", False):
-        storage = getattr(model_args, "bnb_4bit_quant_storage", "auto") or "auto"
+def bit_widths(model: Mapping[str, Any] | Any) -> tuple[bool, bool]:
+    """(load_in_4bit, load_in_8bit) of the model group's typed values (a spec's `entry["model"]`, or ModelArguments):
+    the one reader of the two switches."""
+    return bool(group_value("model", model, "load_in_4bit")), bool(group_value("model", model, "load_in_8bit"))
+
+
+def quantization_of(model: Mapping[str, Any] | Any, sharded: bool = False) -> Quantization:
+    """The typed setting of the model group's typed values (a spec's `entry["model"]`, or ModelArguments): the
+    one reader of the bnb_* keys. `sharded`: the run shards its parameters (FSDP), where
+    `bnb_4bit_quant_storage: auto` stores the 4-bit weights in the weights' own dtype, so FSDP shards them like
+    the rest (uint8-stored ones it cannot: accelerate leaves them whole on every rank)."""
+    four, eight = bit_widths(model)
+    setting = functools.partial(group_value, "model", model)
+    if four:
+        storage = setting("bnb_4bit_quant_storage") or "auto"
         if storage == "auto":
-            dtype = str(getattr(model_args, "torch_dtype", "bfloat16"))
+            dtype = str(setting("torch_dtype"))
             storage = (dtype if dtype in FLOAT_STORAGE else "bfloat16") if sharded else "uint8"
-        return Quantization("bnb-4bit", model_args.bnb_4bit_quant_type, bool(model_args.bnb_4bit_use_double_quant),
-                            model_args.bnb_4bit_compute_dtype, storage=storage)
-    if getattr(model_args, "load_in_8bit", False):
-        return Quantization("bnb-8bit", int8_threshold=float(getattr(model_args, "llm_int8_threshold", INT8_THRESHOLD)))
+        return Quantization("bnb-4bit", setting("bnb_4bit_quant_type"), bool(setting("bnb_4bit_use_double_quant")),
+                            setting("bnb_4bit_compute_dtype"), storage=storage)
+    if eight:
+        return Quantization("bnb-8bit", int8_threshold=float(setting("llm_int8_threshold")))
     return Quantization()
 
 
-def setting_problem(values: dict) -> tuple[str, str, str] | None:
+def setting_problem(values: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """(key, message, fix) when the typed model values ask for something that cannot be: both bit widths at
     once, or a quantized base without bitsandbytes installed here."""
-    four, eight = bool(values.get("load_in_4bit")), bool(values.get("load_in_8bit"))
+    four, eight = bit_widths(values)
     if four and eight:
         return ("load_in_8bit", "load_in_4bit and load_in_8bit are both true", "choose one bit width")
     if (four or eight) and importlib.util.find_spec("bitsandbytes") is None:

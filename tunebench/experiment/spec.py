@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tunebench.experiment.arguments import ENTRY_GROUPS, training_class
+from tunebench.experiment.arguments import ENTRY_GROUPS, group_value
 from tunebench.experiment.data import dataset_fingerprint
 from tunebench.fileio import safe_name, write_atomic
 
@@ -91,12 +91,7 @@ class ExperimentSpec:
         way below the matrix to read a setting: `arguments` is the identity and the CSV's text, not an input."""
         if not self.entry:
             raise ValueError(f"{self.folder_name}: not validated yet (tunebench.matrix.validation types it)")
-        given = self.entry.get(group, {})
-        if key in given:
-            return given[key]
-        kind = ENTRY_GROUPS.get(group) or training_class()
-        default = next(f for f in dataclasses.fields(kind) if f.name == key)
-        return default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
+        return group_value(group, self.entry.get(group, {}), key)
 
     # The settings read most often, typed (the names the CSV and the README use are their TrainingArguments ones).
     @property

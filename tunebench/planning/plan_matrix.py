@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.allocator_slack import verdict_columns
 from tunebench.planning.predict import memory_text, predict, shape_and_sharding
@@ -125,7 +126,7 @@ def unmodelled(experiment: ExperimentSpec, outliers: str | None = None, shape=No
         settings.append(f"8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
                         f"{outliers}; none predicted, so the peak is a lower bound)")
     notes = list(modelled)
-    if experiment.value("model", "load_in_4bit") or experiment.value("model", "load_in_8bit"):
+    if quantization_of(experiment.entry.get("model", {})).enabled:
         notes.append("quantized base sized by fake tensors through bitsandbytes' own modules and fake kernels")
     if outliers is not None and not outliers.startswith("not counted"):
         notes.append(f"8-bit outlier columns kept for backward: {outliers}")
