@@ -155,7 +155,7 @@ def test_no_module_but_the_table_holds_a_gpus_memory():
 
 
 def test_tune_with_device_cpu_and_a_gpu_named_is_one_line_naming_both(tmp_path, capsys, no_gpu_here):
-    from tunebench.cli import tune_command
+    from tunebench.cli import tune as tune_command
 
     out = tmp_path / "tuned"
     code = tune_command.main(["--model", "preset:llama-tiny", "--device", "cpu", "--plan_device", H100,

@@ -123,7 +123,7 @@ def test_a_package_version_is_installed_alone_in_a_folder_of_its_own(tmp_path):
 
 
 def test_bisect_input_errors_are_exit_2(tmp_path, capsys):
-    from tunebench.history.bisect_command import main
+    from tunebench.cli.bisect import main
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("ruptures")
 
-from tunebench.history import command  # noqa: E402
+from tunebench.cli import history as command  # noqa: E402
 from tunebench.history.check import check, describe  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_column_types_follow_the_registry_and_new_columns_join(tmp_path):
 def test_concurrent_writers_lose_nothing(tmp_path):
     store = tmp_path / "h.duckdb"
     folders = [results_folder(tmp_path / f"r{i}", [0.1, 0.1], start=1.8e9 + 1000 * i) for i in range(4)]
-    code = "import sys; from tunebench.history.command import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from tunebench.cli.history import main; sys.exit(main(sys.argv[1:]))"
     procs = [subprocess.Popen([sys.executable, "-c", code, "add", str(f), "--store", str(store), "--each_repeat"],
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for f in folders]
@@ -107,7 +107,7 @@ def slow(con, run, executions):
     print("inserted", flush=True)
     time.sleep(120)  # killed here: the run's rows are written, its transaction not committed
 store.insert_run = slow
-from tunebench.history.command import main
+from tunebench.cli.history import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -174,10 +174,10 @@ from harness_fixtures import tiny_scenario, write_inputs  # noqa: E402
 
 from tunebench.cli import compare as compare_cli  # noqa: E402
 from tunebench.cli.options import OPTION_RANGES, build_parser  # noqa: E402
-from tunebench.command_line import unranged  # noqa: E402
+from tunebench.cli.parsing import unranged  # noqa: E402
+from tunebench.cli.verify import VERIFY_RANGES  # noqa: E402
+from tunebench.cli.verify import build_parser as verify_parser  # noqa: E402
 from tunebench.results.compare.rules import PERCENT_RANGE  # noqa: E402
-from tunebench.verify.command import VERIFY_RANGES  # noqa: E402
-from tunebench.verify.command import build_parser as verify_parser  # noqa: E402
 
 ISSUE_W = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -208,7 +208,7 @@ def _one_line_naming(err: str, name: str) -> None:
 
 
 def test_every_numeric_option_of_every_subcommand_has_a_range():
-    """One range mechanism (tunebench.command_line): an int/float option without a range fails here."""
+    """One range mechanism (tunebench.cli.parsing): an int/float option without a range fails here."""
     assert unranged(build_parser(), OPTION_RANGES) == []
     assert unranged(build_parser("benchmark.py plan"), OPTION_RANGES) == []
     assert unranged(verify_parser(), VERIFY_RANGES) == []
@@ -216,7 +216,7 @@ def test_every_numeric_option_of_every_subcommand_has_a_range():
 
 
 def test_every_numeric_option_of_tune_has_a_range():
-    from tunebench.cli.tune_command import build_parser as tune_parser
+    from tunebench.cli.tune import build_parser as tune_parser
     from tunebench.tuning.option_checks import RANGES as TUNE_RANGES
 
     assert unranged(tune_parser(), {f"--{name}": allowed for name, allowed in TUNE_RANGES.items()}) == []
@@ -282,7 +282,7 @@ TUNE_INTS = ["--num_gpus", "--effective_batch", "--max_seq_len", "--confirm", "-
 def test_tune_refuses_what_its_checks_cover(option, value):
     """tune's whole-number options: a value that is no whole number, or below 1, never starts a search (the
     upper bounds, NaN and inf: tests/test_tune_messages.py and the test below)."""
-    from tunebench.cli.tune_command import parse
+    from tunebench.cli.tune import parse
     from tunebench.errors import InputError
 
     typed = _typed(value, int)
@@ -301,7 +301,7 @@ def test_tune_refuses_what_its_checks_cover(option, value):
 
 @pytest.mark.parametrize("option", ["--budget_minutes", "--gpu_hour_price", "--timeout"])
 def test_tune_refuses_nan_and_inf(option):
-    from tunebench.cli.tune_command import parse
+    from tunebench.cli.tune import parse
     from tunebench.errors import InputError
 
     for value in ("nan", "inf", "1e300"):

@@ -22,7 +22,7 @@ pytest.importorskip("ruptures")
 
 from test_history_store import results_folder  # noqa: E402
 
-from tunebench.history import command  # noqa: E402
+from tunebench.cli import history as command  # noqa: E402
 from tunebench.history import store as history_store  # noqa: E402
 
 

@@ -270,3 +270,60 @@ def test_a_setting_is_read_by_its_one_reader():
     found = {name: sorted(keys) for name, path in modules.items()
              if (keys := {k for k in _setting_reads(path) if ONE_READER[k] != name})}
     assert found == {}, f"read these through their one reader ({ONE_READER}): {found}"
+
+
+# Below the command line no argparse Namespace: the command lines (tunebench/cli/) read their options into typed
+# settings and hand those down. Modules outside tunebench/cli/ that may still import argparse, each with its reason:
+ARGPARSE_OUTSIDE_CLI = {
+    "tunebench.experiment.entry_parser": "HfArgumentParser's errors are argparse's: the training entry's arguments "
+                                         "are typed once there (into dataclasses, never a Namespace)",
+    "tunebench.telemetry.nvml_sidecar": "the command line of its own process (python -m ...nvml_sidecar)",
+}
+
+
+def _namespace_uses(path: Path) -> list[str]:
+    """What ties a module to argparse: importing it, a parameter annotated Namespace, a parameter named ns or
+    namespace, or `options` without a type (an untyped options bag)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names) or (
+                isinstance(node, ast.ImportFrom) and node.module == "argparse"):
+            found.append(f"imports argparse (line {node.lineno})")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            for argument in arguments:
+                annotation = ast.unparse(argument.annotation) if argument.annotation else ""
+                untyped = argument.arg == "options" and not annotation
+                if "Namespace" in annotation or argument.arg in ("ns", "namespace") or untyped:
+                    found.append(f"{node.name}({argument.arg}{': ' + annotation if annotation else ''})")
+    return found
+
+
+def test_the_namespace_check_finds_a_planted_namespace(tmp_path):
+    (tmp_path / "m.py").write_text('"""m."""\nimport argparse\n\ndef f(options: argparse.Namespace):\n    pass\n\n'
+                                   'def g(ns):\n    pass\n\ndef h(options: dict):\n    pass\n\ndef k(options):\n'
+                                   '    pass\n')
+    assert _namespace_uses(tmp_path / "m.py") == ["imports argparse (line 2)", "f(options: argparse.Namespace)",
+                                                  "g(ns)", "k(options)"]
+
+
+def test_below_the_command_line_no_argparse_namespace():
+    found = {name: uses for name, path in _modules("tunebench").items()
+             if not (name == "tunebench.cli" or name.startswith("tunebench.cli.")) and name not in ARGPARSE_OUTSIDE_CLI
+             and (uses := _namespace_uses(path))}
+    assert found == {}, f"below tunebench/cli/ the options are typed settings, not argparse's Namespace: {found}"
+
+
+def test_each_subcommand_is_a_module_of_the_cli_named_after_it():
+    """`benchmark.py X` runs tunebench/cli/X.py (plan and the bare run: plan.py, run.py), and every module of the
+    command line with a main() is one of them."""
+    import importlib
+
+    from tunebench.cli import SUBCOMMANDS
+
+    cli = ROOT / "tunebench" / "cli"
+    assert all((cli / f"{name}.py").is_file() for name in (*SUBCOMMANDS, "plan", "run"))
+    assert all(callable(getattr(importlib.import_module(f"tunebench.cli.{name}"), "main", None)) for name in SUBCOMMANDS)
+    with_main = {path.stem for path in cli.glob("*.py") if any(isinstance(node, ast.FunctionDef) and node.name == "main"
+                                                               for node in ast.parse(path.read_text()).body)}
+    assert with_main - {"__init__"} == set(SUBCOMMANDS)

@@ -182,11 +182,13 @@ def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
 
 
 def test_main_exit_codes(results_csv, tmp_path, capsys):
-    assert report.main([str(results_csv), "--out", str(tmp_path / "ok.html")]) == 0
+    from tunebench.cli import report as report_cli
+
+    assert report_cli.main([str(results_csv), "--out", str(tmp_path / "ok.html")]) == 0
     assert (tmp_path / "ok.html").is_file()
-    assert report.main([str(tmp_path / "absent.csv")]) == 2
+    assert report_cli.main([str(tmp_path / "absent.csv")]) == 2
     assert "absent.csv: file not found" in capsys.readouterr().err
-    assert report.main([]) == 2
+    assert report_cli.main([]) == 2
 
 
 def test_example_gpu_csv_renders():

@@ -229,7 +229,7 @@ def test_memory_logging_all_starts_the_sidecar(tmp_path, capsys, monkeypatch):
     (["--model", "org/hub-model"], "verify builds models offline"),
 ])
 def test_verify_refuses_bad_options_at_once(capsys, argv, expected):
-    from tunebench.verify.command import main
+    from tunebench.cli.verify import main
 
     started = time.monotonic()
     assert main(argv) == 2

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunebench.cli.tune_command import parse
+from tunebench.cli.tune import parse
 from tunebench.tuning import prune
 from tunebench.tuning.expectation import prior
 from tunebench.tuning.options import TuneOptions

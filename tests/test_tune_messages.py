@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.hf_argparser import string_to_bool
 
-from tunebench.cli import tune_command as command
+from tunebench.cli import tune as command
 from tunebench.errors import InputError
 from tunebench.planning.projection.gpu_table import load_table
 from tunebench.tuning.option_checks import RANGES, _distributions, _optimizer_names, plan_device_problem

@@ -41,3 +41,12 @@ class Range:
             parts.append(f"{'<' if self.high_open else '<='} {number(self.high)}")
         text = " and ".join(parts) or "a finite number"
         return text + "".join(f" (or {v})" for v in self.also)
+
+
+# Above these a value is a typo, and worse: Process.join / threading waits overflow past ~2**31 s, and a Slurm
+# time limit is in minutes. 30 days is longer than any fine-tuning benchmark is meant to run.
+MAX_SECONDS = 30 * 24 * 3600
+MAX_MINUTES = MAX_SECONDS // 60
+MAX_COUNT = 2**20  # batch sizes, sequence lengths, steps of one option: more is never meant
+SECONDS = Range(0, MAX_SECONDS, low_open=True)
+COUNT = Range(1, MAX_COUNT)  # the values of a matrix (GPUs, batch sizes, sequence lengths)

@@ -41,7 +41,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback
 
 from scanner import Scanner  # noqa: E402
 from scanner.record import unwrap_optimizer  # noqa: E402
-from tunebench.verify.memtracker_step import ignore_frozen_parameters  # noqa: E402
+from tunebench.planning.peak_rules import ignore_frozen_parameters  # noqa: E402
 
 logger = logging.getLogger("rank_memtracker")
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from tunebench.experiment.models import load_config
 from tunebench.experiment.sharding import Fsdp
 from tunebench.planning.sharded_step import MESH_DIM, shard
-from tunebench.verify.memtracker_step import ignore_frozen_parameters
+from tunebench.planning.peak_rules import ignore_frozen_parameters
 
 CASES = json.loads(sys.argv[1])  # [{"model", "peft", "fsdp": Fsdp's fields, "micro_batch", "seq_len"}]
 out = Path(sys.argv[2])

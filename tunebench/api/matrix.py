@@ -21,8 +21,7 @@ from typing import Any
 
 from tunebench.api.checks import checked_field, field_problems, raise_problems
 from tunebench.api.words import api_words
-from tunebench.bounds import Range
-from tunebench.command_line import COUNT
+from tunebench.bounds import COUNT, Range
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand

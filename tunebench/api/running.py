@@ -24,8 +24,7 @@ from tunebench.api.checks import argument_problem, checked_field, field_problems
 from tunebench.api.matrix import Matrix, MatrixOptions
 from tunebench.api.planning import plan_device_problem
 from tunebench.api.words import api_words
-from tunebench.bounds import Range
-from tunebench.command_line import SECONDS
+from tunebench.bounds import SECONDS, Range
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.experiment_run import RunOptions

@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from tunebench.command_line import Parser
+from tunebench.cli.parsing import Parser, parse
 from tunebench.results.compare import rules
 from tunebench.results.compare.comparison import CompareInputError, compare_paths
 from tunebench.results.compare.samples import write_reference
@@ -78,10 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: 0 = no regression, 1 = regression, 2 = usage or input error."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+    args = parse(parser, argv)
+    if isinstance(args, int):  # argparse's 2 on a usage error, 0 on --help
+        return args
     keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
     if args.write_reference and args.reference:
         print("error: --write_reference writes a reference from --results; it takes no --reference", file=sys.stderr)

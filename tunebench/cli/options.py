@@ -16,9 +16,9 @@ from tunebench.api.checks import cli_ranges
 from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT, MatrixOptions
 from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
-from tunebench.bounds import Range
+from tunebench.bounds import COUNT, Range
+from tunebench.cli.parsing import Parser
 from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges
-from tunebench.command_line import COUNT, Parser
 from tunebench.errors import InputProblem
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.launchers import LAUNCHERS

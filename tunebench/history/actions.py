@@ -13,11 +13,12 @@ from tunebench.history import metadata, store
 logger = logging.getLogger(__name__)
 
 
-def add(args, path: Path, con) -> int:
-    """Each results folder (or each repeat of it) as a run, one transaction each; a run already stored is skipped."""
+def add(folders: list[str], label: str | None, each_repeat: bool, path: Path, con) -> int:
+    """Each results folder (or each repeat of it) as a run labelled `label`, one transaction each; a run already
+    stored is skipped."""
     added = 0
-    for results in map(Path, args.results):
-        runs = metadata.runs_of(results, args.label, args.each_repeat)
+    for results in map(Path, folders):
+        runs = metadata.runs_of(results, label, each_repeat)
         if not runs:
             print(f"{results}: no finished experiment to add", flush=True)
         for run, group in runs:
@@ -65,17 +66,18 @@ def _metric_problem(rows: pd.DataFrame, metric: str) -> None:
                                        f"e.g. {', '.join(numeric)}")])
 
 
-def check(args, path: Path, con) -> int:
+def check(metric: str, min_effect: float | None, path: Path, con) -> int:
+    """The change points of `metric` per experiment; 1 when a newest run opened a worse regime."""
     from tunebench.history.check import check as run_check
     from tunebench.history.check import describe
 
     rows, steps = load(con)
     con.close()
-    _metric_problem(rows, args.metric)
-    min_effects = {args.metric: args.min_effect} if args.min_effect is not None else None
-    findings = run_check(rows, steps, args.metric, min_effects)
+    _metric_problem(rows, metric)
+    min_effects = {metric: min_effect} if min_effect is not None else None
+    findings = run_check(rows, steps, metric, min_effects)
     runs = int(rows["run_number"].max()) if not rows.empty else 0
-    print(f"history check of {path}: {len(findings)} experiment(s) over {runs} run(s), metric {args.metric}")
+    print(f"history check of {path}: {len(findings)} experiment(s) over {runs} run(s), metric {metric}")
     for finding in findings:
         print("\n".join(describe(finding)))
     regressions = [f for f in findings if f.regression]
@@ -83,20 +85,22 @@ def check(args, path: Path, con) -> int:
     return 1 if regressions else 0
 
 
-def report(args, path: Path, con) -> int:
+def report(metric: str, out: str | None, path: Path, con) -> int:
+    """Trend charts of `metric` per experiment, regimes shaded, in `out` (default: history.html beside the store)."""
     from tunebench.history.report import write_report
 
     rows, steps = load(con)
     con.close()
-    _metric_problem(rows, args.metric)
-    out = Path(args.out) if args.out else path.resolve().parent / "history.html"
-    write_report(rows, steps, args.metric, out)
+    _metric_problem(rows, metric)
+    out = Path(out) if out else path.resolve().parent / "history.html"
+    write_report(rows, steps, metric, out)
     print(f"wrote {out}")
     return 0
 
 
-def export(args, path: Path, con) -> int:
-    folder = Path(args.parquet)
+def export(parquet: str, path: Path, con) -> int:
+    """The store's tables as Parquet files in the folder `parquet` (new, or holding only what export wrote)."""
+    folder = Path(parquet)
     own = {"runs.parquet", "experiments.parquet", "steps.parquet"}
     if folder.exists() and (not folder.is_dir() or {p.name for p in folder.iterdir()} - own):
         raise InputError([InputProblem("command line", "--parquet", f"{folder} holds other files",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunebench.command_line import SECONDS
+from tunebench.bounds import SECONDS
 from tunebench.errors import InputProblem
 from tunebench.experiment.spec import BASELINE, FrameworkConfig
 from tunebench.user_files import read_yaml, shown

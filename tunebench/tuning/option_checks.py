@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.ranges import Range
+from tunebench.tuning.options import TuneOptions
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ def _problem(option: str, message: str, fix: str) -> InputProblem:
     return InputProblem("command line", f"--{option}", message, fix)
 
 
-def numeric_problems(ns) -> list[InputProblem]:
+def numeric_problems(options: TuneOptions) -> list[InputProblem]:
     """Every numeric option within its range (NaN and inf never are)."""
     problems = []
     for name, allowed in RANGES.items():
-        value = getattr(ns, name)
+        value = getattr(options, name)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         if len(values) > MAX_VALUES:
             problems.append(_problem(name, f"{len(values)} values (at most {MAX_VALUES})", "give fewer values"))
@@ -55,18 +56,18 @@ def numeric_problems(ns) -> list[InputProblem]:
     return problems
 
 
-def micro_batch_problem(ns) -> InputProblem | None:
+def micro_batch_problem(options: TuneOptions) -> InputProblem | None:
     """--micro_batches must divide the per-device batch (--effective_batch / --num_gpus): one that does not
     would be dropped from the space, and none left would leave nothing to search."""
-    if not ns.micro_batches or ns.num_gpus < 1 or ns.effective_batch % ns.num_gpus:
+    if not options.micro_batches or options.num_gpus < 1 or options.effective_batch % options.num_gpus:
         return None
-    per_device = ns.effective_batch // ns.num_gpus
-    wrong = [m for m in dict.fromkeys(ns.micro_batches) if per_device % m]
+    per_device = options.effective_batch // options.num_gpus
+    wrong = [m for m in dict.fromkeys(options.micro_batches) if per_device % m]
     if not wrong:
         return None
     divisors = " ".join(str(d) for d in range(1, per_device + 1) if per_device % d == 0)
     return _problem("micro_batches", f"{' '.join(map(str, wrong))} does not divide the per-device batch "
-                    f"{per_device} (--effective_batch {ns.effective_batch} / --num_gpus {ns.num_gpus})",
+                    f"{per_device} (--effective_batch {options.effective_batch} / --num_gpus {options.num_gpus})",
                     f"give divisors of {per_device}: {divisors}, or change --effective_batch")
 
 
@@ -100,23 +101,23 @@ def _distributions() -> tuple[str, ...]:
     return typing.get_args(typing.get_type_hints(DataArguments)["synthetic_length_distribution"])
 
 
-def source_problems(ns) -> list[InputProblem]:
+def source_problems(options: TuneOptions) -> list[InputProblem]:
     """The model, the data and the distribution, judged as the pipeline would judge them (offline)."""
     from tunebench.experiment.data import data_source_problem
     from tunebench.experiment.models import resolve_model_source
 
     problems = []
     try:
-        resolve_model_source(ns.model)
+        resolve_model_source(options.model)
     except ValueError as exc:
         problems.append(_problem("model", str(exc), "use preset:<name>, a local model folder or a hub id org/name"))
-    data = data_source_problem(ns.training_data_path)
+    data = data_source_problem(options.training_data_path)
     if data:
         problems.append(_problem("training_data_path", data,
                                  "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
     allowed = _distributions()
-    if ns.synthetic_length_distribution not in allowed:
-        problems.append(_problem("synthetic_length_distribution", f"{ns.synthetic_length_distribution!r} is not "
+    if options.synthetic_length_distribution not in allowed:
+        problems.append(_problem("synthetic_length_distribution", f"{options.synthetic_length_distribution!r} is not "
                                  "a distribution", f"choose from {', '.join(allowed)}"))
     return problems
 
@@ -129,14 +130,14 @@ def plan_device_problem(spec: str | None, gpu_table: str | None = None) -> Input
     return _problem("plan_device", why, "a size or a GPU name, e.g. --plan_device 80GiB") if why else None
 
 
-def config_file_problems(ns) -> list[InputProblem]:
+def config_file_problems(options: TuneOptions) -> list[InputProblem]:
     """--defaults_config_path and --framework_configs_path read as the pipeline reads them; a problem in the file
     keeps its file and key, and says which option named the file."""
     from tunebench.matrix.inputs import load_defaults, load_framework_configs
 
     problems: list[InputProblem] = []
     for option, load in (("defaults_config_path", load_defaults), ("framework_configs_path", load_framework_configs)):
-        path = getattr(ns, option)
+        path = getattr(options, option)  # defaults_config_path, framework_configs_path
         if path is None:
             continue
         if not str(path).strip() or not Path(path).is_file():
@@ -178,29 +179,29 @@ def log_level_problem(level: str, option: str = "log_level") -> InputProblem | N
     return _problem(option, f"{level!r} is not a logging level", f"choose from {', '.join(LOG_LEVELS)}")
 
 
-def value_problems(ns) -> list[InputProblem]:
+def value_problems(options: TuneOptions) -> list[InputProblem]:
     """Every problem of the parsed options, one per option, in the user's words."""
     from tunebench.results import folder as results_folder
 
-    problems = numeric_problems(ns)
+    problems = numeric_problems(options)
     named = {p.key for p in problems}
     if "--micro_batches" not in named and not {"--effective_batch", "--num_gpus"} & named:
-        divides = micro_batch_problem(ns)
+        divides = micro_batch_problem(options)
         problems += [divides] if divides else []
-    if ns.objective == "cost" and ns.gpu_hour_price is None:
+    if options.objective == "cost" and options.gpu_hour_price is None:
         problems.append(_problem("gpu_hour_price", "--objective cost needs the price of a GPU hour",
                                  "e.g. --objective cost --gpu_hour_price 2.5"))
-    if "--effective_batch" not in named and "--num_gpus" not in named and ns.effective_batch % ns.num_gpus:
-        problems.append(_problem("effective_batch", f"{ns.effective_batch} samples do not split over "
-                                 f"{ns.num_gpus} GPUs", "give a multiple of --num_gpus"))
-    for found in (optimizer_problem(ns.optimizers),
-                  plan_device_problem(ns.plan_device, getattr(ns, "gpu_table", None)),
-                  log_level_problem(ns.log_level)):
+    if "--effective_batch" not in named and "--num_gpus" not in named and options.effective_batch % options.num_gpus:
+        problems.append(_problem("effective_batch", f"{options.effective_batch} samples do not split over "
+                                 f"{options.num_gpus} GPUs", "give a multiple of --num_gpus"))
+    for found in (optimizer_problem(options.optimizers),
+                  plan_device_problem(options.plan_device, options.gpu_table),
+                  log_level_problem(options.log_level)):
         problems += [found] if found else []
-    problems += project_to_problems(getattr(ns, "project_to", None), getattr(ns, "gpu_table", None), ns.num_gpus)
-    problems += source_problems(ns)
-    problems += config_file_problems(ns)
-    problems += results_folder.check(ns.results_output_path)
+    problems += project_to_problems(options.project_to, options.gpu_table, options.num_gpus)
+    problems += source_problems(options)
+    problems += config_file_problems(options)
+    problems += results_folder.check(options.results_output_path)
     return problems
 
 

@@ -1,4 +1,4 @@
-"""What `tune` searches for and how: TuneOptions, typed (the command line reads them in tunebench.cli.tune_command;
+"""What `tune` searches for and how: TuneOptions, typed (the command line reads them in tunebench.cli.tune;
 tunebench.tune checks them as it does, each problem naming the option)."""
 
 from __future__ import annotations

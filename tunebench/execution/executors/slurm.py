@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tunebench.bounds import Range
-from tunebench.command_line import MAX_MINUTES
+from tunebench.bounds import MAX_MINUTES, Range
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors.nodes import (
     NodeOutcome,

@@ -11,6 +11,7 @@ accelerate start this node's part of it.
 from __future__ import annotations
 
 import logging
+from typing import Any, Protocol
 
 from tunebench.execution.launchers.base import (
     LaunchCommand,
@@ -36,6 +37,15 @@ __all__ = ["LAUNCHERS", "LaunchCommand", "LaunchContext", "Launcher", "Rendezvou
            "command_script", "default_launcher"]
 
 
+class LauncherChoice(Protocol):
+    """What choosing an experiment's launcher reads of the run's options (execution.experiment_run.RunOptions)."""
+
+    launcher: str | None  # the run's --launcher (None: the default for each experiment's shape)
+    preload: bool
+    accelerate_config_path: str | None
+    session: Any  # the run's RunSession: its `preload` server
+
+
 def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | None = None) -> str:
     """Several processes need a launcher of ranks (this node's ranks when the experiment spans machines): torchrun
     on CPU, accelerate on GPUs; one process is forked from the preload server unless preloading is off."""
@@ -44,7 +54,7 @@ def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | Non
     return LauncherName.FORKSERVER if preload else LauncherName.PYTHON
 
 
-def chosen(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> str:
+def chosen(spec: ExperimentSpec, options: LauncherChoice, node: Rendezvous | None = None) -> str:
     """The name of the launcher this experiment runs with under `options` (execution.experiment_run.RunOptions):
     the run's `--launcher` where it fits the experiment, else the default for its shape."""
     default = default_launcher(spec, options.preload, node)
@@ -55,7 +65,7 @@ def chosen(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> str
     return options.launcher if bool(getattr(wanted, "multi_process", False)) == several else default
 
 
-def choose(spec: ExperimentSpec, options, node: Rendezvous | None = None) -> Launcher:
+def choose(spec: ExperimentSpec, options: LauncherChoice, node: Rendezvous | None = None) -> Launcher:
     """The launcher this experiment runs with under `options`, made for the run (a plugin that fails to load or
     to be made is a PluginError naming it)."""
     name = chosen(spec, options, node)

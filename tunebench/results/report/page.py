@@ -1,4 +1,5 @@
-"""The self-contained HTML report of a results CSV: the page, its tables and sections, and its command line.
+"""The self-contained HTML report of a results CSV: the page, its tables and sections (the command line is
+tunebench.cli.report).
 
 Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--reference CSV]``.
 """
@@ -7,20 +8,17 @@ from __future__ import annotations
 
 import html
 import logging
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from tunebench.command_line import Parser
 from tunebench.fileio import write_atomic
 from tunebench.results.charts import figures as charts
 from tunebench.results.charts import pareto
 from tunebench.results.compare import comparison as cmp
 from tunebench.results.compare import rules
 from tunebench.results.compare.reading import (
-    CompareInputError,
     load_csv,
     numeric_metrics,
     resolve_results_csv,
@@ -283,26 +281,3 @@ def write_report(
     path = Path(out) if out is not None else csv.parent / "report.html"
     write_atomic(path, page)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: 0 = report written, 2 = usage or input error."""
-    p = Parser(prog="benchmark.py report", description=__doc__.splitlines()[0])
-    p.add_argument("results", help="results directory (uses raw_summary.csv) or a CSV")
-    p.add_argument("--out", default=None, help="HTML file to write (default: <results dir>/report.html)")
-    p.add_argument("--reference", default=None, help="also compare with this reference: a CSV or a results directory")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        path = write_report(args.results, args.out, args.reference)
-    except CompareInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the report's folder read-only, full or not ours to write
-        print(f"error: cannot write {exc.filename or args.out or 'the report'}: {exc.strerror or exc} (fix: --out "
-              "a writable path)", file=sys.stderr)
-        return 2
-    print(f"report written to {path}", file=sys.stderr)
-    return 0

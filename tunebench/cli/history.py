@@ -17,7 +17,7 @@ import unicodedata
 from pathlib import Path
 
 from tunebench.bounds import Range
-from tunebench.command_line import Parser, option_problems
+from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
 from tunebench.history import store
 
@@ -77,23 +77,32 @@ def _problems(args, path: Path) -> list[InputProblem]:
     return problems
 
 
+def _act(args: argparse.Namespace, path: Path, con) -> int:
+    """The subcommand's action, with its typed values (tunebench.history.actions)."""
+    from tunebench.history import actions
+
+    if args.command == "add":
+        return actions.add(args.results, args.label, args.each_repeat, path, con)
+    if args.command == "check":
+        return actions.check(args.metric, args.min_effect, path, con)
+    if args.command == "report":
+        return actions.report(args.metric, args.out, path, con)
+    return actions.export(args.parquet, path, con)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     path = _store_path(args)
     try:
         if problems := _problems(args, path):
             raise InputError(problems)
-        from tunebench.history import actions
-
         con = store.open_store(path, read_only=args.command != "add")
         try:
             with store.failures_named(path):  # a store damaged past its header fails while it is read
-                return getattr(actions, args.command)(args, path, con)
+                return _act(args, path, con)
         except InputError:
             con.abandon()  # refused: nothing this command created is left (the lock, a new store)
             raise

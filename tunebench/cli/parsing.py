@@ -15,15 +15,6 @@ from tunebench.errors import InputProblem
 
 logger = logging.getLogger(__name__)
 
-# Above these a value is a typo, and worse: Process.join / threading waits overflow past ~2**31 s, and a Slurm
-# time limit is in minutes. 30 days is longer than any fine-tuning benchmark is meant to run.
-MAX_SECONDS = 30 * 24 * 3600
-MAX_MINUTES = MAX_SECONDS // 60
-MAX_COUNT = 2**20  # batch sizes, sequence lengths, steps of one option: more is never meant
-SECONDS = Range(0, MAX_SECONDS, low_open=True)
-COUNT = Range(1, MAX_COUNT)  # the values of a matrix (GPUs, batch sizes, sequence lengths)
-
-
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's help plus each option's default, where it has one and its help does not already say it."""
 
@@ -44,6 +35,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (fix: see `{self.prog} --help`)\n")
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed options, or the exit code argparse chose (`--help`: 0, a usage error: 2), returned instead of
+    raised, so that a subcommand's `main` returns it like every other outcome."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
 
 
 def _values(namespace: argparse.Namespace, option: str) -> list:

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import sys
+from dataclasses import replace
 
 from transformers.hf_argparser import string_to_bool
 
@@ -147,25 +148,25 @@ def parse(argv: list[str]) -> TuneOptions:
     if log_level != ns.log_level:
         found = log_level_problem(log_level, "log_level (TUNEBENCH_LOG_LEVEL)")
         problems += [found] if found else []
-    options = TuneOptions(
+    given = TuneOptions(
         model=ns.model, num_gpus=ns.num_gpus, effective_batch=ns.effective_batch, max_seq_len=ns.max_seq_len,
         peft=ns.peft, objective=ns.objective, gpu_hour_price=ns.gpu_hour_price, budget_minutes=ns.budget_minutes,
         results_output_path=ns.results_output_path, device=ns.device, plan_device=ns.plan_device,
-        lora_ranks=tuple(dict.fromkeys(ns.lora_ranks)),
-        micro_batches=tuple(dict.fromkeys(ns.micro_batches)) if ns.micro_batches else None,
-        gradient_checkpointing=checkpointing or (False, True), packing=packing,
-        optimizers=tuple(dict.fromkeys(ns.optimizers)), torch_compile=compile_values,
-        training_data_path=ns.training_data_path, synthetic_length_distribution=ns.synthetic_length_distribution,
-        tolerance_pct=ns.tolerance_pct, confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
+        lora_ranks=tuple(ns.lora_ranks), micro_batches=tuple(ns.micro_batches) if ns.micro_batches else None,
+        gradient_checkpointing=checkpointing or (False, True), packing=packing, optimizers=tuple(ns.optimizers),
+        torch_compile=compile_values, training_data_path=ns.training_data_path,
+        synthetic_length_distribution=ns.synthetic_length_distribution, tolerance_pct=ns.tolerance_pct,
+        confirm=ns.confirm, margin_pct=ns.margin_pct, timeout=ns.timeout,
         defaults_config_path=ns.defaults_config_path, framework_configs_path=ns.framework_configs_path,
-        log_level=log_level.upper() if not problems else "INFO", grid=ns.grid, project_to=ns.project_to,
-        gpu_table=ns.gpu_table,
+        log_level=ns.log_level, grid=ns.grid, project_to=ns.project_to, gpu_table=ns.gpu_table,
     )
     # Every value checked at once, in the option's own words (lists as the user gave them, repeats and all).
-    problems = value_problems(ns) + problems
+    problems = value_problems(given) + problems
     if problems:
         raise InputError(problems)
-    return options
+    return replace(given, lora_ranks=tuple(dict.fromkeys(given.lora_ranks)),
+                   micro_batches=tuple(dict.fromkeys(given.micro_batches)) if given.micro_batches else None,
+                   optimizers=tuple(dict.fromkeys(given.optimizers)), log_level=log_level.upper())
 
 
 def _input_error(exc: InputError) -> int:

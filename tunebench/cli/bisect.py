@@ -1,0 +1,115 @@
+"""`benchmark.py bisect`: the first bad git ref (or package version) between a good and a bad one, for one experiment.
+
+    benchmark.py bisect --repo PATH --good REF --bad REF [--subdir DIR] [--harness] [options] -- BENCHMARK ARGS
+    benchmark.py bisect --package NAME --good VER --bad VER --versions V1 V2 ... [--pip_args ARGS] [options] -- ...
+
+BENCHMARK ARGS are benchmark.py's options selecting one experiment. Each step runs it with the candidate's code
+first on PYTHONPATH (tunebench.history.bisect), adds the run to the history store (label `bisect <ref>`) and
+judges it against the good ref with compare's statistics (a regression = bad). Exit 0 with the first bad ref
+printed; 2 on bad input; 3 when the answer cannot be had (the bad ref is not worse, a run failed or stayed
+unstable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tunebench.bounds import Range
+from tunebench.cli.parsing import Parser, option_problems, parse
+from tunebench.errors import InputError, InputProblem
+from tunebench.execution.guard import HarnessStopped
+from tunebench.history.bisection import Bisection, BisectOptions, CannotTell, candidates, search
+
+logger = logging.getLogger(__name__)
+
+RANGES = {"--min_effect": Range(0, 1000, low_open=True), "--retries": Range(0, 10)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="benchmark.py bisect", description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--repo", help="a git repository holding the code under test")
+    what.add_argument("--package", help="a package on the index pip uses (needs --versions)")
+    parser.add_argument("--good", required=True, help="a ref (or version) without the regression")
+    parser.add_argument("--bad", required=True, help="a later ref (or version) with it")
+    parser.add_argument("--versions", nargs="+", default=None, help="--package: the versions in order, good..bad")
+    parser.add_argument("--pip_args", default="", help="--package: extra pip install arguments (e.g. '--no-index "
+                        "--find-links DIR')")
+    parser.add_argument("--subdir", default="", help="--repo: the folder of the checkout to import from")
+    parser.add_argument("--harness", action="store_true", help="--repo is tunebench: run the candidate's benchmark.py")
+    parser.add_argument("--store", default="history.duckdb", help="the history store the runs are added to")
+    parser.add_argument("--workdir", default=None, help="a new folder for the runs (default bisect-<time> beside "
+                        "the store)")
+    parser.add_argument("--metric", default="steady_step_time_median", help="the metric that regressed")
+    parser.add_argument("--min_effect", type=float, default=None, help="minimum effect in %% (default compare's, 5)")
+    parser.add_argument("--retries", type=int, default=2, help="re-runs of the noisier side while a step's verdict "
+                        "is unstable")
+    return parser
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, []
+
+
+def _problems(args, benchmark_args: list[str]) -> list[InputProblem]:
+    problems = option_problems(args, RANGES)
+    if not benchmark_args:
+        problems.append(InputProblem("command line", "--", "no benchmark.py arguments after `--`",
+                                     "e.g. -- --run_only_scenarios full-finetuning --num_gpus_matrix 1"))
+    if "--results_output_path" in benchmark_args:
+        problems.append(InputProblem("command line", "--results_output_path", "bisect chooses each run's folder",
+                                     "leave it out; give --workdir"))
+    if args.workdir and Path(args.workdir).exists():
+        problems.append(InputProblem("command line", "--workdir", f"{args.workdir} exists",
+                                     "give a new folder (bisect never writes into one it did not make)"))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, benchmark_args = _split(list(sys.argv[1:] if argv is None else argv))
+    args = parse(build_parser(), own)
+    if isinstance(args, int):
+        return args
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    workdir = Path(args.workdir or Path(args.store).resolve().parent / time.strftime("bisect-%Y%m%d-%H%M%S"))
+    try:
+        if problems := _problems(args, benchmark_args):
+            raise InputError(problems)
+        options = BisectOptions(good=args.good, bad=args.bad, repo=args.repo, package=args.package,
+                                versions=tuple(args.versions or ()), pip_args=args.pip_args, subdir=args.subdir,
+                                harness=args.harness, metric=args.metric, min_effect=args.min_effect,
+                                retries=args.retries)
+        refs = candidates(options)
+        from tunebench.history.store import open_store
+
+        con = open_store(Path(args.store), read_only=False)
+        workdir.mkdir(parents=True)
+        print(f"bisect: {len(refs)} candidates, good {refs[0][:12]}, bad {refs[-1][:12]}; runs in "
+              f"{workdir}", flush=True)
+        try:
+            return search(Bisection(options, benchmark_args, refs, workdir, con))
+        finally:
+            con.close()
+            shutil.rmtree(workdir / "code", ignore_errors=True)  # the checkouts and installs bisect made
+    except InputError as exc:
+        print(f"tunebench bisect: {len(exc.problems)} problem(s); nothing was run:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
+    except CannotTell as exc:
+        print(f"tunebench bisect: cannot tell: {exc}", file=sys.stderr)
+        return 3
+    except HarnessStopped as exc:
+        print(f"tunebench bisect: stopped by {exc}: the running step was stopped", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("tunebench bisect: interrupted: the running step was stopped", file=sys.stderr)
+        return 130
