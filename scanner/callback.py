@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import time
@@ -34,21 +35,11 @@ class Scanner(TrainerCallback):
     integer compare per event.
     """
 
-    def __init__(
-        self,
-        steps: Any = 5,
-        output: Any = "stdout",
-        log_to_trainer: bool = True,
-        memory_snapshot: Any = None,
-        profile_trace: Any = None,
-        all_ranks: bool = False,
-        collectives: Any = "auto",
-        time_steps: Any = "auto",
-        kernels: Any = False,
-    ):
-        self.options = make_options(
-            steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks, collectives, time_steps, kernels
-        )
+    def __init__(self, *args: Any, **kwargs: Any):
+        # The arguments are make_options's, declared there once (autoinject validates them there too, without
+        # importing transformers): steps, output, log_to_trainer, memory_snapshot, profile_trace, all_ranks,
+        # collectives, time_steps, kernels. help(Scanner) and inspect show that signature (below the class).
+        self.options = make_options(*args, **kwargs)
         self.report: ScanReport | None = None
         self.trainer_ref: weakref.ref | None = None  # set by autoinject, else found at on_train_begin
         self._probe: MemoryProbe | None = None
@@ -314,3 +305,12 @@ def _find_trainer():
             return obj
         frame = frame.f_back
     return None
+
+
+def _with_self(signature: inspect.Signature) -> inspect.Signature:
+    """`signature` behind a `self` parameter: make_options's parameters as Scanner.__init__'s."""
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return signature.replace(parameters=[self, *signature.parameters.values()], return_annotation=inspect.Signature.empty)
+
+
+Scanner.__init__.__signature__ = _with_self(inspect.signature(make_options))

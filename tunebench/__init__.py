@@ -21,17 +21,16 @@ __version__ = "0.1.0"
 silence_known_noise()
 
 # The Python API, imported on first use (PEP 562): `import tunebench` stays as quick as the CLI's start-up.
-_API = {
-    "Matrix": "tunebench.api.matrix", "MatrixOptions": "tunebench.api.matrix",
-    "plan": "tunebench.api.planning", "fit_map": "tunebench.api.planning",
-    "run": "tunebench.api.running", "RunSettings": "tunebench.api.running", "RunResult": "tunebench.api.running",
-    "compare": "tunebench.api.comparing", "CompareOptions": "tunebench.api.comparing",
-    "project": "tunebench.api.projecting", "ProjectionOptions": "tunebench.api.projecting",
-    "report": "tunebench.api.comparing",
-    "tune": "tunebench.tuning.command", "TuneResult": "tunebench.tuning.command",
-    "TuneOptions": "tunebench.tuning.options",
-    "InputError": "tunebench.errors", "InputProblem": "tunebench.errors",
-}
+_API = {name: module for module, names in {
+    "tunebench.api.matrix": ("Matrix", "MatrixOptions"),
+    "tunebench.api.planning": ("plan", "fit_map"),
+    "tunebench.api.running": ("run", "RunSettings", "RunResult"),
+    "tunebench.api.comparing": ("compare", "CompareOptions", "report"),
+    "tunebench.api.projecting": ("project", "ProjectionOptions"),
+    "tunebench.tuning.command": ("tune", "TuneResult"),
+    "tunebench.tuning.options": ("TuneOptions",),
+    "tunebench.errors": ("InputError", "InputProblem"),
+}.items() for name in names}
 __all__ = sorted(_API)
 
 

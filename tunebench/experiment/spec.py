@@ -39,6 +39,11 @@ class FrameworkConfig:
     accelerate_args: dict[str, Any] = field(default_factory=dict)  # extra `accelerate launch` options
 
 
+def _setting(group: str, key: str, doc: str) -> property:
+    """A read-only property of ExperimentSpec: the typed value of `group`'s `key` (ExperimentSpec.value)."""
+    return property(lambda spec: spec.value(group, key), doc=doc)
+
+
 @dataclass(frozen=True)
 class ExperimentSpec:
     """One fully resolved run: everything that decides its numbers is in here (and so in its identity)."""
@@ -94,23 +99,12 @@ class ExperimentSpec:
         return group_value(group, self.entry.get(group, {}), key)
 
     # The settings read most often, typed (the names the CSV and the README use are their TrainingArguments ones).
-    @property
-    def micro_batch(self) -> int:
-        """Samples per device per forward/backward (`per_device_train_batch_size`)."""
-        return self.value("training", "per_device_train_batch_size")
-
-    @property
-    def grad_accum(self) -> int:
-        """Micro-batches per optimizer step (`gradient_accumulation_steps`)."""
-        return self.value("training", "gradient_accumulation_steps")
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.value("data", "max_seq_len")
-
-    @property
-    def peft_method(self) -> str:
-        return self.value("peft", "peft_method")
+    micro_batch = _setting("training", "per_device_train_batch_size",
+                           "Samples per device per forward/backward (`per_device_train_batch_size`).")
+    grad_accum = _setting("training", "gradient_accumulation_steps",
+                          "Micro-batches per optimizer step (`gradient_accumulation_steps`).")
+    max_seq_len = _setting("data", "max_seq_len", "Tokens per sequence (`max_seq_len`).")
+    peft_method = _setting("peft", "peft_method", "`none`, `lora`, ... (`peft_method`).")
 
     def describe(self) -> dict[str, Any]:
         """Identity columns, as they appear in the CSVs."""

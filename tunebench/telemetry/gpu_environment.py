@@ -150,48 +150,49 @@ class GpuQuery:
                 self.fields[quantity] = usable
         return "uuid" in self.fields
 
+    def _argv(self, fields: list[str]) -> list[str]:
+        return [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", ",".join(self.uuids)]
+
     def _query(self, fields: list[str]) -> tuple[str | None, str]:
-        return nvidia_smi([f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i",
-                           ",".join(self.uuids)])
+        return nvidia_smi(self._argv(fields))
 
     def _give_up(self, kind: str, why: str) -> None:
         self.failures[kind] += 1
         if self.failures[kind] == MAX_FAILURES:
             self.notes.append(f"{why} ({MAX_FAILURES} times in a row: given up for this run)")
 
+    def _lines(self, kind: str, argv: list[str], width: int) -> list[list[str]] | None:
+        """The cells of each CSV line nvidia-smi answers `argv` with (lines of another width left out); None when
+        it does not answer (MAX_FAILURES times in a row: given up for this kind of query)."""
+        if self.failures[kind] >= MAX_FAILURES:
+            return None
+        out, why = nvidia_smi(argv)
+        if out is None:
+            self._give_up(kind, why)
+            return None
+        self.failures[kind] = 0
+        cells = ([c.strip() for c in line.split(",", width - 1)] for line in filter(str.strip, out.splitlines()))
+        return [row for row in cells if len(row) == width]
+
     def gpus(self) -> list[dict[str, Any]] | None:
-        if not self.fields or self.failures["gpu"] >= MAX_FAILURES:
+        if not self.fields:
             return None
         names = list(self.fields)
-        out, why = self._query([self.fields[q] for q in names])
-        if out is None:
-            self._give_up("gpu", why)
+        lines = self._lines("gpu", self._argv([self.fields[q] for q in names]), len(names))
+        if lines is None:
             return None
-        self.failures["gpu"] = 0
-        rows = []
-        for line in filter(str.strip, out.splitlines()):
-            cells = [c.strip() for c in line.split(",", len(names) - 1)]
-            if len(cells) != len(names):
-                continue
-            row: dict[str, Any] = {}
-            for quantity, cell in zip(names, cells, strict=True):
-                row[quantity] = cell if quantity in ("uuid", "clock_event_reasons") else _number(cell)
-            rows.append(row)
-        return rows
+        return [{quantity: cell if quantity in ("uuid", "clock_event_reasons") else _number(cell)
+                 for quantity, cell in zip(names, cells, strict=True)} for cells in lines]
 
     def apps(self) -> list[dict[str, Any]] | None:
-        if self.failures["apps"] >= MAX_FAILURES:
+        argv = [f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits"]
+        lines = self._lines("apps", argv, len(APP_FIELDS))
+        if lines is None:
             return None
-        out, why = nvidia_smi([f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits"])
-        if out is None:
-            self._give_up("apps", why)
-            return None
-        self.failures["apps"] = 0
         apps = []
-        for line in filter(str.strip, out.splitlines()):
-            cells = [c.strip() for c in line.split(",", len(APP_FIELDS) - 1)]
-            if len(cells) != len(APP_FIELDS) or cells[1] not in self.uuids:
-                continue  # another GPU's process, or a line this parser does not know
+        for cells in lines:
+            if cells[1] not in self.uuids:
+                continue  # another GPU's process
             pid = _number(cells[0])
             apps.append({"pid": int(pid) if pid is not None else None, "gpu_uuid": cells[1],
                          "used_mib": _number(cells[2]), "name": cells[3]})

@@ -12,11 +12,15 @@ what it finds wrong is an InputError (exit 2)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.plugins import Registry, UnknownPlugin
 from tunebench.vocabulary import Executor
+
+if TYPE_CHECKING:
+    from tunebench.execution.experiment_run import RunOptions
+    from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +29,34 @@ EXECUTORS = Registry("executor", "tunebench.executors", {
     Executor.RAY: "tunebench.execution.executors.ray:RayExecutor",
     Executor.SLURM: "tunebench.execution.executors.slurm:SlurmExecutor",
 })
+
+
+class ClusterQueue:
+    """What the executors of a cluster (Ray's tasks, Slurm's jobs) share: the cluster queues the experiments, so how
+    many run at once is the cluster's to decide (the progress estimate counts them one at a time)."""
+
+    name = ""
+
+    @staticmethod
+    def concurrency(options: RunOptions) -> int:
+        return 1
+
+    def _interrupted_row(self, experiment: ExperimentSpec, options: RunOptions, reason: str, how: str) -> None:
+        """The error row of an experiment the harness was stopped (by `reason`) while the cluster ran it (`how`);
+        it runs again on resume. A row that cannot be written is logged, never raised: the stop goes on."""
+        from tunebench.execution.experiment_run import base_row
+        from tunebench.results.summaries import write_row
+        from tunebench.vocabulary import Status
+
+        row = {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
+               "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment {how}; it "
+                                 "runs again on resume"}
+        folder = options.output_dir / experiment.folder_name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_row(folder, row, root=options.output_dir)
+        except (OSError, ValueError) as error:
+            logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
 
 
 def executor_class(name: str) -> Any:

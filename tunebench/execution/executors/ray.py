@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.errors import InputError, InputProblem
+from tunebench.execution.executors import ClusterQueue
 from tunebench.execution.executors.nodes import no_layout_reason, node_layout
 from tunebench.execution.executors.ray_settings import RaySettings
 from tunebench.execution.executors.ray_spanning import SpanningRun
@@ -34,7 +35,6 @@ from tunebench.execution.experiment_run import RunOptions, base_row
 from tunebench.execution.processes import stop_description
 from tunebench.execution.scheduling import overlap_columns
 from tunebench.experiment.spec import ExperimentSpec
-from tunebench.results.summaries import write_row
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -65,18 +65,12 @@ def use_token_if_available() -> None:
                     "RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else token_path)
 
 
-class RayExecutor:
+class RayExecutor(ClusterQueue):
     name = "ray"
     Settings = RaySettings
     extra = requirement = "ray"
 
-    @staticmethod
-    def missing() -> str | None:
-        return ray_missing()
-
-    @staticmethod
-    def concurrency(options: RunOptions) -> int:
-        return 1  # Ray queues the tasks: how many run at once is the cluster's to decide
+    missing = staticmethod(ray_missing)
 
     def connect(self, address: str | None, timeout: float) -> None:
         """Join the cluster at `address` (or start a local Ray when None) now. An unreachable cluster is an
@@ -149,15 +143,7 @@ class RayExecutor:
                 run.close()  # the placement group goes, however the run ended
 
     def _interrupted(self, experiment: ExperimentSpec, options: RunOptions, reason: str) -> None:
-        row = {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
-               "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment "
-                                 "ran on Ray (its task was cancelled); it runs again on resume"}
-        folder = options.output_dir / experiment.folder_name
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_row(folder, row, root=options.output_dir)
-        except (OSError, ValueError) as error:
-            logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
+        self._interrupted_row(experiment, options, reason, "ran on Ray (its task was cancelled)")
 
     def _collect(self, ref, experiment: ExperimentSpec, options: RunOptions, intervals, index: int) -> dict[str, Any]:
         import ray

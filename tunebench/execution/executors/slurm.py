@@ -24,6 +24,7 @@ from typing import Any
 
 from tunebench.bounds import MAX_MINUTES, Range
 from tunebench.errors import InputError, InputProblem
+from tunebench.execution.executors import ClusterQueue
 from tunebench.execution.executors.nodes import (
     NodeOutcome,
     NodeShape,
@@ -40,7 +41,6 @@ from tunebench.execution.launchers.base import Rendezvous
 from tunebench.execution.processes import stop_description
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.plugins import cli_option
-from tunebench.results.summaries import write_row
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -153,18 +153,12 @@ def _repo_importable():
             os.environ["PYTHONPATH"] = before
 
 
-class SlurmExecutor:
+class SlurmExecutor(ClusterQueue):
     name = "slurm"
     Settings = SlurmSettings
     extra, requirement = "slurm", "submitit"
 
-    @staticmethod
-    def missing() -> str | None:
-        return submitit_missing()
-
-    @staticmethod
-    def concurrency(options: RunOptions) -> int:
-        return 1  # Slurm queues the jobs: how many run at once is the cluster's to decide
+    missing = staticmethod(submitit_missing)
 
     def check(self, options: RunOptions, experiments: list[ExperimentSpec]) -> None:
         """Before anything runs (cli.plan): sbatch here, the partition, every experiment fits the nodes."""
@@ -275,15 +269,7 @@ class SlurmExecutor:
         return row
 
     def _interrupted(self, experiment: ExperimentSpec, options: RunOptions, reason: str, job_id: str) -> None:
-        row = {**base_row(experiment, options), "status": Status.ERROR, "executor": self.name,
-               "error_messages": f"interrupted: tunebench was stopped by {reason} while this experiment ran as "
-                                 f"Slurm job {job_id} (the job was cancelled); it runs again on resume"}
-        folder = options.output_dir / experiment.folder_name
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_row(folder, row, root=options.output_dir)
-        except (OSError, ValueError) as error:
-            logger.error("%s: interrupted row not written: %s", experiment.folder_name, error)
+        self._interrupted_row(experiment, options, reason, f"ran as Slurm job {job_id} (the job was cancelled)")
 
 
 def _job_failure(exc: BaseException, job) -> tuple[str, str]:

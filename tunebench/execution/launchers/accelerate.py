@@ -7,21 +7,11 @@ rank; `--num_processes` stays the total over all machines, as accelerate counts 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunebench.execution.launchers.base import (
-    ENTRY_MODULE,
-    LaunchCommand,
-    LaunchContext,
-    Rendezvous,
-    entry_argv,
-    environment,
-    free_port,
-)
-from tunebench.execution.launchers.python import PythonLauncher
+from tunebench.execution.launchers.base import LaunchContext, Rendezvous, free_port
+from tunebench.execution.launchers.ranks import RanksLauncher
 from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
@@ -33,9 +23,9 @@ class AccelerateSettings:
     node: Rendezvous | None = None  # several machines: this machine's part
 
 
-class AccelerateLauncher(PythonLauncher):
+class AccelerateLauncher(RanksLauncher):
     name = "accelerate"
-    multi_process = True
+    module = "accelerate.commands.launch"
 
     @classmethod
     def for_run(cls, context: LaunchContext) -> AccelerateLauncher:
@@ -44,11 +34,8 @@ class AccelerateLauncher(PythonLauncher):
     def __init__(self, settings: AccelerateSettings | None = None):
         self.settings = settings or AccelerateSettings()
 
-    def command(self, spec: ExperimentSpec, spec_path: Path, gpu_ids: list[int],
-                extra_env: dict[str, str]) -> LaunchCommand:
-        env, repro_env = environment(spec, gpu_ids, extra_env)
-        arguments = entry_argv(spec_path)
-        argv = [sys.executable, "-m", "accelerate.commands.launch"]
+    def layout(self, spec: ExperimentSpec) -> list[str]:
+        argv = []
         if self.settings.config_file:
             argv += ["--config_file", str(Path(self.settings.config_file).resolve())]
         node = self.settings.node
@@ -61,4 +48,4 @@ class AccelerateLauncher(PythonLauncher):
                      str(node.master_port)]
         for key, value in spec.framework_config.accelerate_args.items():
             argv += [f"--{key}", str(value)]
-        return LaunchCommand([*argv, "-m", ENTRY_MODULE, *arguments], env, repro_env, os.getcwd(), arguments)
+        return argv

@@ -8,21 +8,10 @@ spanning machines) the same command runs on every node, each with its node rank,
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-from tunebench.execution.launchers.base import (
-    ENTRY_MODULE,
-    LaunchCommand,
-    LaunchContext,
-    Rendezvous,
-    entry_argv,
-    environment,
-    free_port,
-)
-from tunebench.execution.launchers.python import PythonLauncher
+from tunebench.execution.launchers.base import LaunchContext, Rendezvous, free_port
+from tunebench.execution.launchers.ranks import RanksLauncher
 from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
@@ -34,9 +23,9 @@ class TorchrunSettings:
     node: Rendezvous | None = None  # several nodes: this node's part (master_addr then comes from it)
 
 
-class TorchrunLauncher(PythonLauncher):
+class TorchrunLauncher(RanksLauncher):
     name = "torchrun"
-    multi_process = True
+    module = "torch.distributed.run"
 
     @classmethod
     def for_run(cls, context: LaunchContext) -> TorchrunLauncher:
@@ -45,18 +34,12 @@ class TorchrunLauncher(PythonLauncher):
     def __init__(self, settings: TorchrunSettings | None = None):
         self.settings = settings or TorchrunSettings()
 
-    def command(self, spec: ExperimentSpec, spec_path: Path, gpu_ids: list[int],
-                extra_env: dict[str, str]) -> LaunchCommand:
-        env, repro_env = environment(spec, gpu_ids, extra_env)
-        arguments = entry_argv(spec_path)
+    def layout(self, spec: ExperimentSpec) -> list[str]:
         node = self.settings.node
         if node is None:
-            layout = ["--nproc_per_node", str(spec.num_gpus), "--nnodes", "1", "--master_addr",
-                      self.settings.master_addr, "--master_port", str(free_port())]
-        else:
-            # Static rendezvous: global ranks are node_rank × processes per node + local rank, as on one node.
-            layout = ["--nproc_per_node", str(node.processes_per_node(spec)), "--nnodes", str(node.nnodes),
-                      "--node_rank", str(node.node_rank), "--master_addr", node.master_addr,
-                      "--master_port", str(node.master_port)]
-        argv = [sys.executable, "-m", "torch.distributed.run", *layout, "-m", ENTRY_MODULE, *arguments]
-        return LaunchCommand(argv, env, repro_env, os.getcwd(), arguments)
+            return ["--nproc_per_node", str(spec.num_gpus), "--nnodes", "1", "--master_addr",
+                    self.settings.master_addr, "--master_port", str(free_port())]
+        # Static rendezvous: global ranks are node_rank × processes per node + local rank, as on one node.
+        return ["--nproc_per_node", str(node.processes_per_node(spec)), "--nnodes", str(node.nnodes),
+                "--node_rank", str(node.node_rank), "--master_addr", node.master_addr,
+                "--master_port", str(node.master_port)]
