@@ -1,4 +1,4 @@
-"""tunebench from Python: plan, run, compare and plot a tiny CPU matrix (CI runs this file: tests/test_python_api.py).
+"""tunebench from Python: plan, run, compare and plot a tiny CPU matrix (CI runs this file: tests/tunebench/test_api.py).
 
     python examples/python_api.py [OUT]      # OUT: a new folder (default: a temporary one)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 PACKAGES = ("tunebench", "scanner")
 MAX_LINES = 400
 # Modules allowed past MAX_LINES, each with the reason it stays whole. Empty today: keep it that way.
@@ -327,3 +327,153 @@ def test_each_subcommand_is_a_module_of_the_cli_named_after_it():
     with_main = {path.stem for path in cli.glob("*.py") if any(isinstance(node, ast.FunctionDef) and node.name == "main"
                                                                for node in ast.parse(path.read_text()).body)}
     assert with_main - {"__init__"} == set(SUBCOMMANDS)
+
+
+# ---------------------------------------------------------------- the tests' house
+# tests/ is laid out like the code: the tests of tunebench/x/y.py are in tests/tunebench/x/, a file named after the
+# module it tests (test_y.py, or test_y_<aspect>.py); scripts/ likewise (tests/scripts/). Shared helpers live in
+# tests/fixtures/ (pytest's hooks and fixtures in tests/conftest.py); the folders below are what other processes
+# run or read, not tests. The root holds the tests of the repository as a whole.
+CODE_FOLDERS = ("tunebench", "scanner", "scripts")
+SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fakes": "fake nvidia-smi and pynvml",
+                   "fault": "a sitecustomize that plants faults", "dist": "workers run under torchrun"}
+ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
+              "test_readme_commands.py": "README.md's commands, run for real",
+              "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)"}
+
+
+def _stems(folder: Path) -> set[str]:
+    """Names a test in the mirror of `folder` may be named after: its modules, files and subpackages."""
+    return {p.stem if p.is_file() else p.name for p in folder.iterdir()
+            if not p.name.startswith((".", "_")) and p.name != "__pycache__"}
+
+
+def _test_layout_problems(tests: Path, repo: Path) -> list[str]:
+    """Test files placed or named outside the house rules above, and Python files in tests/ that are neither
+    tests, fixtures, package markers nor support files."""
+    problems = []
+    for path in sorted(tests.rglob("*.py")):
+        relative = path.relative_to(tests)
+        if relative.parts[0] in SUPPORT_FOLDERS or path.name in ("__init__.py", "conftest.py"):
+            if relative.parts[0] != "fixtures" and path.name == "conftest.py" and len(relative.parts) > 1:
+                problems.append(f"{relative}: one conftest.py, at the root of tests/")
+            continue
+        if not path.name.startswith("test_"):
+            problems.append(f"{relative}: a helper outside tests/fixtures/")
+        elif len(relative.parts) == 1:
+            if path.name not in ROOT_TESTS:
+                problems.append(f"{relative}: at the root, but not a test of the whole repository")
+        elif relative.parts[0] not in CODE_FOLDERS or not (repo / relative.parent).is_dir():
+            problems.append(f"{relative}: {relative.parent}/ mirrors no folder of the code")
+        else:
+            name = path.stem.removeprefix("test_")
+            if not any(name == s or name.startswith(f"{s}_") or s.startswith(f"{name}_")
+                       for s in _stems(repo / relative.parent)):
+                problems.append(f"{relative}: named after nothing in {relative.parent}/")
+    return problems
+
+
+def test_the_tests_layout_check_finds_planted_misplacements(tmp_path):
+    (tmp_path / "tunebench" / "results").mkdir(parents=True)
+    (tmp_path / "tunebench" / "results" / "folder.py").write_text('"""f."""\n')
+    tests = tmp_path / "tests"
+    for name in ("tunebench/results/test_folder_links.py", "tunebench/results/test_summary.py",
+                 "tunebench/nothing/test_x.py", "test_everything.py", "helpers.py", "fixtures/shared.py",
+                 "tunebench/conftest.py", "test_layout.py"):
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).write_text('"""t."""\n')
+    assert _test_layout_problems(tests, tmp_path) == [
+        "helpers.py: a helper outside tests/fixtures/",
+        "test_everything.py: at the root, but not a test of the whole repository",
+        "tunebench/conftest.py: one conftest.py, at the root of tests/",
+        "tunebench/nothing/test_x.py: tunebench/nothing/ mirrors no folder of the code",
+        "tunebench/results/test_summary.py: named after nothing in tunebench/results/",
+    ]
+
+
+def test_the_tests_are_laid_out_like_the_code():
+    assert _test_layout_problems(ROOT / "tests", ROOT) == []
+
+
+def _prefix_groups(names: list[str], subjects: set[str]) -> list[str]:
+    """Sibling files sharing a name's first word where a folder should say what they share: a group of two or
+    more whose members are not each named after a subject (a module the tests mirror: test_page_layout.py is an
+    aspect of page.py). Code modules have no subjects among their siblings: compare.py beside compare_io.py is
+    a compare/ package written as a prefix."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if "_" in name:
+            groups.setdefault(name.split("_")[0], []).append(name)
+    for name in names:  # the prefix's own module (compare.py) belongs to its group
+        if name in groups:
+            groups[name].append(name)
+    return [f"{prefix}_*: {', '.join(sorted(members))}" for prefix, members in sorted(groups.items())
+            if len(members) > 1 and not all(any(m == s or m.startswith(f"{s}_") for s in subjects) for m in members)]
+
+
+def _prefix_problems(tests: Path, repo: Path, code: str = "tunebench/results") -> list[str]:
+    """Prefix groups in every folder of `code` and of tests/ (where a test's subjects are the modules of the
+    folder it mirrors)."""
+    problems = []
+    for folder in sorted([repo / code, *(p for p in (repo / code).rglob("*") if p.is_dir())]):
+        names = sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_"))
+        problems += [f"{folder.relative_to(repo)}/ {group}" for group in _prefix_groups(names, set())]
+    for folder in sorted([tests, *(p for p in tests.rglob("*") if p.is_dir())]):
+        names = sorted(p.stem.removeprefix("test_") for p in folder.glob("test_*.py"))
+        mirrored = repo / folder.relative_to(tests)
+        subjects = _stems(mirrored) if folder != tests and mirrored.is_dir() else set()
+        problems += [f"{folder.relative_to(repo)}/ test_{group}" for group in _prefix_groups(names, subjects)]
+    return problems
+
+
+def test_the_prefix_check_finds_planted_groups(tmp_path):
+    results = tmp_path / "tunebench" / "results"
+    report = tmp_path / "tests" / "tunebench" / "results" / "report"
+    for path in (results / "compare.py", results / "compare_io.py", results / "folder.py", results / "column_docs.py",
+                 results / "report" / "page.py", report / "test_page.py", report / "test_page_layout.py",
+                 tmp_path / "tests" / "test_history_store.py", tmp_path / "tests" / "test_history_e2e.py"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('"""x."""\n')
+    assert _prefix_problems(tmp_path / "tests", tmp_path) == [
+        "tunebench/results/ compare_*: compare, compare_io", "tests/ test_history_*: history_e2e, history_store"]
+
+
+def test_no_file_in_results_or_tests_is_grouped_by_a_name_prefix():
+    """tunebench/results/ and tests/ show their parts as folders (results/compare/, tests/tunebench/results/), not
+    as runs of files named compare_*, report_*, test_history_*."""
+    assert _prefix_problems(ROOT / "tests", ROOT) == []
+
+
+def _named_modules(test: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules a test file names: those it imports, and those whose repository path (tunebench/x/y.py) or
+    dotted name its text holds (a module reached only through a subprocess is named in the test's docstring)."""
+    text = test.read_text()
+    found = _imports(test, "tests", modules, type_checking=True)
+    return found | {name for name, path in modules.items()
+                    if str(path.relative_to(ROOT)) in text or f"{name}." in text or f"{name} " in text}
+
+
+def _unnamed_modules(tests: list[Path], modules: dict[str, Path]) -> list[str]:
+    named = set().union(*(_named_modules(test, modules) for test in tests))
+    for test in tests:  # a test file named after a module of its mirrored folder names it
+        folder = ".".join(test.relative_to(ROOT / "tests").parent.parts)
+        stem = test.stem.removeprefix("test_")
+        named |= {name for name in modules if name.rpartition(".")[0] == folder and
+                  (stem == name.rpartition(".")[2] or stem.startswith(name.rpartition(".")[2] + "_"))}
+    return sorted(name for name, path in modules.items() if name not in named and path.name != "__init__.py")
+
+
+def test_the_unnamed_module_check_finds_a_planted_module(tmp_path):
+    modules = {"tunebench.results.folder": ROOT / "tunebench/results/folder.py",
+               "tunebench.results.summaries": ROOT / "tunebench/results/summaries.py",
+               "tunebench.results.scaling": ROOT / "tunebench/results/scaling.py"}
+    test = ROOT / "tests" / "tunebench" / "results" / "test_folder.py"
+    assert _unnamed_modules([test], modules) == ["tunebench.results.scaling"]
+
+
+def test_every_module_is_named_by_a_test():
+    """Every module of tunebench/ and scanner/ is findable from its tests: a test file named after it in its
+    mirrored folder, or one that imports it or names its path (tests/tunebench/x/test_y.py, or a docstring)."""
+    modules = {**_modules("tunebench"), **_modules("scanner")}
+    tests = sorted((ROOT / "tests").rglob("test_*.py"))
+    assert _unnamed_modules(tests, modules) == []

@@ -13,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.fixtures.harness import REPO
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "run_benchmarks.sh"
 
 

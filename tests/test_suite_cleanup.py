@@ -13,11 +13,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.fixtures.harness import REPO
+
 MARK = "TUNEBENCH_TEST_STOPPED_RUN"
 
 
@@ -48,7 +48,7 @@ def _stop_at_a_random_moment(signum: int, rng: random.Random, while_ranks_run: b
     marker = uuid.uuid4().hex
     env = {**os.environ, MARK: marker, "PYTHONPATH": str(REPO)}
     inner = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                              "tests/test_collectives.py", "-k", "ddp"], cwd=REPO, env=env,
+                              "tests/scanner/test_collectives.py", "-k", "ddp"], cwd=REPO, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         started = time.monotonic()

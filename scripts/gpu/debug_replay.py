@@ -11,11 +11,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "scanner"))
-from scanner_testlib import lm_dataset, tiny_llama, train  # noqa: E402
-
 import scanner.memory_probe as probe_mod  # noqa: E402
 from scanner import Scanner  # noqa: E402
+from tests.fixtures.scanner import lm_dataset, tiny_llama, train  # noqa: E402
 
 true_at, threads, captured = {}, {}, {}
 orig_sample = probe_mod.StepProbe._sample

@@ -37,7 +37,7 @@ for _ in range(n):
 ys.clear()
 print(f"alloc+free with history: {1e6 * rec / n:.2f} us, without: {1e6 * (time.perf_counter() - t) / n:.2f} us")
 PY
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/scanner/test_scanner_cuda.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/scanner/test_memory_probe_cuda.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
 python3 scripts/gpu/scanner_overhead.py --out "$out/overhead" --pairs 6 --steps 40 --scan-step 20 2>&1 | tail -40
 for c in $cases; do
   python3 scripts/gpu/scanner_fidelity.py --case "$c" --steps 3 --out "$out/fidelity-$c" 2>&1 | tail -60

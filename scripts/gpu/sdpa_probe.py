@@ -6,7 +6,7 @@ The fake step predicts what attention keeps for backward by the kernel a GPU wou
 (tunebench.planning.attention_kernels.choose_kernel). This asks the GPU instead of assuming: torch's own selector
 (`torch._fused_sdp_choice`) over dtypes, query/key and value head sizes (MLA's 192/128 among them), masks
 (none, causal, boolean, additive), grouped-query heads, dropout and lengths, for inputs that need gradients as in
-training. tests/test_attention_choice.py replays every row against choose_kernel.
+training. tests/tunebench/planning/test_attention_kernels.py replays every row against choose_kernel.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Worker of tests/test_fsdp_memory.py (run under torchrun, gloo): a real FSDP rank (FSDP2 or FSDP1), sharded as
+"""Worker of tests/tunebench/planning/test_sharded_step.py (run under torchrun, gloo): a real FSDP rank (FSDP2 or FSDP1), sharded as
 accelerate prepares it (planning.sharded_step.shard on a real process group), and torch's MemTracker over its
 second training step; rank 0 writes the peak's bytes per case to <out>/real.json."""
 

@@ -36,7 +36,7 @@ if _MODE in ("oom", "kill") and os.environ.get("RANK") == _RANK and "torch.distr
 
 # TUNEBENCH_TEST_SLOW_FETCH_MS=<ms>: every batch the data loader fetches first sleeps that long (read at each fetch,
 # so each experiment forked from a preload server started with the variable takes its own value): a slowdown
-# planted in the data path, with no argument changed (tests/test_history_e2e.py).
+# planted in the data path, with no argument changed (tests/tunebench/history/test_check_and_bisection_e2e.py).
 if "TUNEBENCH_TEST_SLOW_FETCH_MS" in os.environ:
     import time
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from scanner.alloc_trace import replay
 from scanner.block_layout import MIN_BLOCK, SMALL_SEGMENT, SMALL_SIZE, BlockLayout, rounded
+from tests.fixtures.harness import DATA
 
 MiB = 1 << 20
 LARGE = 20 * MiB
@@ -170,9 +171,8 @@ def test_a_real_h100_step_replays_to_the_allocators_own_counter():
     below the allocator's peak counter (the verify drift of issue T); by blocks it is the counter exactly."""
     import gzip
     import json
-    from pathlib import Path
 
-    data = json.loads(gzip.decompress((Path(__file__).parents[1] / "data" / "alloc-trace-smollm3-h100.json.gz")
+    data = json.loads(gzip.decompress((DATA / "alloc-trace-smollm3-h100.json.gz")
                                       .read_bytes()))
     tags = [int(e["user_metadata"].removeprefix(data["prefix"])) for e in data["entries"]
             if e["user_metadata"].startswith(data["prefix"])]

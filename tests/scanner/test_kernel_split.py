@@ -1,10 +1,11 @@
-"""The kernel split: synthetic traces with known answers, and a real CPU run (markers in place, columns, memory)."""
+"""The kernel split: synthetic traces with known answers, and a real CPU run (markers in place, columns, memory).
+
+Reached through the modules it calls (the attention kernel read from the profiler): scanner/kernels.py."""
 
 import gzip
 import json
 
 import pytest
-from scanner_testlib import lm_dataset, tiny_llama, train
 
 from scanner import Scanner
 from scanner.kernel_split import (
@@ -18,6 +19,7 @@ from scanner.kernel_split import (
     union_seconds,
     write_rows,
 )
+from tests.fixtures.scanner import lm_dataset, tiny_llama, train
 
 GEMM = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"

@@ -28,7 +28,7 @@ from tunebench.vocabulary import Device, Executor
 logger = logging.getLogger(__name__)
 
 # Ranges of numeric options, checked at the edge (exit 2, naming the option and its range). Every int/float
-# option has one (tests/test_hostile_inputs.py): NaN and infinities are outside every range.
+# option has one (tests/tunebench/cli/test_parsing_hostile.py): NaN and infinities are outside every range.
 # The matrix's and the run's ranges are their fields' (tunebench.api.checks): the Python API checks the same
 # (the matrices' values arrive as text: `numbers` below checks each against the same COUNT range).
 CORE_RANGES: dict[str, Range] = {

@@ -1,6 +1,6 @@
 """The README's option and argument tables, made from the parser and the argument dataclasses (never by hand).
 
-`python -m tunebench.cli.readme_tables` rewrites them; tests/test_readme_tables.py fails when the README
+`python -m tunebench.cli.readme_tables` rewrites them; tests/tunebench/experiment/test_spec.py fails when the README
 differs, so what the README promises is what `--help` says and what the checks enforce.
 """
 

@@ -24,7 +24,7 @@ HOPPER = 90  # the compute capability assumed when a target's is unknown: the GP
 def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:
     """The fused kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs, in torch's
     order for that GPU. On H100 (torch 2.11) every rule here was checked against torch's own selector over 864
-    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/test_attention_choice.py): cuDNN for half-precision
+    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/tunebench/planning/test_attention_kernels.py): cuDNN for half-precision
     heads up to 256 with or without masks, MLA's 192/128 query/value heads included; the memory-efficient kernel
     otherwise, but never for grouped-query heads (`enable_gqa` with fewer key heads), which go to `math`."""
     import torch

@@ -13,7 +13,7 @@ buffers, and the kernels are not run (they only write into buffers already alloc
 A CUDA target's kernels are Triton's, which a CPU-only torch cannot generate: its nodes are scheduled with the Triton
 backend's rules instead (`PlanScheduling`: its fusion decisions, a kernel's local buffers never allocated, every
 kernel's dead buffers freed after it), on CPU-device nodes. A CPU target runs inductor's own C++ scheduling and
-codegen, the plan the CPU run executes (tests/test_compiled_step.py checks it against a real compiled CPU step).
+codegen, the plan the CPU run executes (tests/tunebench/planning/test_accelerations.py checks it against a real compiled CPU step).
 """
 
 from __future__ import annotations

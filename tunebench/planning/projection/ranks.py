@@ -1,7 +1,7 @@
 """N GPUs on paper: per-rank memory from the fake step for N ranks, step time from the single-GPU phases plus the
 collectives' bytes over the table's link model, with the overlap assumption stated.
 
-Collective payloads per optimizer step (what tests/test_collectives.py measured on gloo: DDP all-reduces exactly
+Collective payloads per optimizer step (what tests/scanner/test_collectives.py measured on gloo: DDP all-reduces exactly
 the gradient bytes; FSDP2 with reshard_after_forward all-gathers every parameter twice and reduce-scatters the
 gradients once):
   * DDP: all-reduce of the trainable gradients (their dtype), once per optimizer step (accumulation steps skip

@@ -36,7 +36,7 @@ STEPS_FILE = "steps.json"
 # recompute, Liger's fused kernels, torch.compile's graphs) moved the per-step loss of llama-3.2-1b and
 # llama-3.1-8b on H100 by at most 0.073 % (torch.compile, 8B LoRA, uniform corpus); the tolerance is about three
 # times that (docs/evidence/acceleration-h100.md, "Loss-parity tolerance"). float32 on CPU: the same reorderings
-# give identical losses to 1e-7 (tests/test_loss_parity.py), so 1e-4 is generous.
+# give identical losses to 1e-7 (tests/tunebench/results/parity/test_verdicts.py), so 1e-4 is generous.
 TOLERANCE = {"bfloat16": 0.002, "float16": 0.002, "float32": 0.0001}
 DEFAULT_TOLERANCE = 0.002
 

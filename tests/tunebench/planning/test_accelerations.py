@@ -1,0 +1,201 @@
+"""torch.compile, Liger and flex attention memory, modelled from what each saves, against truths a CPU has: a real
+compiled CPU step (the c10 allocator's own records), AOTAutograd's partition of torch's flex-attention op, Liger's
+chunk arithmetic, and the peaks measured on an H100 (docs/evidence/acceleration-h100/raw_summary.csv)."""
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from tests.fixtures.harness import REPO
+from tunebench.planning.fake_step import StepShape, predict_step
+
+H100_ROWS = REPO / "docs" / "evidence" / "acceleration-h100" / "raw_summary.csv"
+CUBLAS = 68_357_632  # pred_mem_other of one CUDA process (planning.predict.CUBLAS_WORKSPACES)
+LORA = {"peft": "lora", "lora_r": 16, "lora_alpha": 32, "lora_targets": ("q_proj", "k_proj", "v_proj", "o_proj")}
+# The compiled rows of the same H100 evidence take a fake compilation of a 1B or 8B each (1-4 min): they are
+# replanned by the commands of docs/evidence/acceleration-memory-h100.md, not in this suite.
+
+
+def _real_compiled_step(batch: int, seq: int) -> tuple[int, int]:
+    """(peak over what existed before, what existed before) of one compiled CPU training step after its compiling
+    step, from the allocator's records (the torch profiler's memory events: every c10 allocation and free,
+    inductor's buffers included, which no dispatch mode sees)."""
+    from transformers import AutoModelForCausalLM
+
+    from tunebench.experiment.models import load_config
+    from tunebench.planning.compiled_step import _causal_mask_kept
+
+    torch.manual_seed(0)
+    config = load_config("preset:llama-tiny")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    compiled = torch.compile(model)
+    ids = torch.randint(3, config.vocab_size, (batch, seq))
+
+    def step():
+        loss = compiled(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        del loss
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    with _causal_mask_kept():
+        step()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    now = peak = 0
+    for _, change in records:
+        now += change
+        peak = max(peak, now)
+    assert now == 0  # the step gave back all it took
+    before = sum(p.untyped_storage().nbytes() for p in model.parameters())
+    before += sum(t.untyped_storage().nbytes() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+    return peak, before
+
+
+@pytest.mark.slow
+def test_a_compiled_cpu_step_is_planned_to_the_byte():
+    """The plan (dynamo, AOTAutograd's partition, inductor's C++ scheduling, its wrapper replayed on fake tensors)
+    against the same compiled step run for real on this CPU."""
+    peak, before = _real_compiled_step(2, 64)
+    planned = predict_step(StepShape("preset:llama-tiny", "float32", 2, 64, False, compile_mode="default"),
+                           round_to_cuda_blocks=False, gpu_arch=None)
+    assert planned["params"] + planned["optimizer"] == before
+    over = planned["peak"] - planned["params"] - planned["optimizer"] - planned["buffers"]
+    assert abs(over - peak) <= 64, (over, peak)  # measured: 4 bytes apart of 1.81 MB
+    eager = predict_step(StepShape("preset:llama-tiny", "float32", 2, 64, False), round_to_cuda_blocks=False)
+    assert planned["peak"] < eager["peak"]  # the compiled step keeps less than the eager one
+
+
+def test_flex_attention_saves_what_aot_autograds_partition_of_torchs_op_saves():
+    """The stand-in's saved tensors against the forward outputs the min-cut partitioner keeps for backward when it
+    traces torch's own flex-attention op (queries, keys, values, the block mask's tensors, output, log-sum-exp;
+    not the row maxima) on a grouped-query shape."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._higher_order_ops.flex_attention import flex_attention as flex_op
+    from torch.nn.attention.flex_attention import _identity, create_block_mask
+
+    from tunebench.planning.kernel_ops import flex_stand_in
+
+    batch, heads, kv_heads, length, dim = 2, 8, 2, 256, 64
+    mask = create_block_mask(lambda b, h, q, k: q >= k, batch, None, length, length, device="cpu")
+    parts = mask.as_tuple()
+    at = [i for i, p in enumerate(parts) if isinstance(p, torch.Tensor)]
+    partitioned = []
+
+    def forward_graph(graph, inputs):
+        outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
+        partitioned.extend((tuple(a.meta["val"].shape), a.meta["val"].dtype) for a in outputs[1:])
+        return make_boxed_func(graph)
+
+    def attention(q, k, v, *tensors):
+        rebuilt = list(parts)
+        for i, tensor in zip(at, tensors, strict=True):
+            rebuilt[i] = tensor
+        return flex_op(q, k, v, _identity, tuple(rebuilt), 0.125, {"OUTPUT_LOGSUMEXP": True}, (), ())[0]
+
+    q = torch.randn(batch, heads, length, dim, requires_grad=True)
+    k, v = (torch.randn(batch, kv_heads, length, dim, requires_grad=True) for _ in range(2))
+    aot_function(attention, forward_graph, lambda graph, inputs: make_boxed_func(graph),
+                 partition_fn=min_cut_rematerialization_partition)(q, k, v, *[parts[i] for i in at])
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append((tuple(t.shape), t.dtype)) or t, lambda t: t):
+        flex_stand_in(q, k, v, block_mask=mask)
+    assert sorted(kept, key=str) == sorted(partitioned, key=str)
+    assert ((batch, heads, length), torch.float32) in kept and len(kept) == 5 + len(at)
+
+
+@pytest.mark.parametrize("tokens, hidden, vocab, chunk", [
+    (4096 * 4, 4096, 32000, 2048),  # Liger's own worked example (ops/fused_linear_cross_entropy.py)
+    (8 * 1024, 2048, 128256, 256),  # llama-3.2-1b at 8 x 1024: ceil(128256 / 2048) = 63, 8192 / 63 -> 131 -> 256
+    (4 * 1024, 4096, 128256, 128),  # llama-3.1-8b at 4 x 1024: 32, 4096 / 32 = 128
+    (100, 4096, 1000, 100),  # a budget that holds every row: one chunk, never more rows than there are
+])
+def test_liger_fused_cross_entropy_chunks_as_liger_does(tokens, hidden, vocab, chunk):
+    from tunebench.planning.liger_kernels import flce_chunk_size
+
+    assert flce_chunk_size(tokens, hidden, vocab) == chunk
+    factor = math.ceil(vocab / hidden)
+    assert chunk == min(2 ** math.ceil(math.log2(math.ceil(tokens / factor))), tokens)
+
+
+def test_trl_turns_ligers_fused_cross_entropy_off_so_the_plan_keeps_the_logits():
+    from tunebench.planning.liger_kernels import fused_linear_cross_entropy_applied
+
+    assert fused_linear_cross_entropy_applied() is False  # TRL 1.x: liger_kernel_config fused_linear_cross_entropy False
+
+
+def _measured(scenario: str, framework: str) -> int:
+    rows = pd.read_csv(H100_ROWS)
+    row = rows[(rows["scenario"] == scenario) & (rows["framework_config"] == framework)].iloc[0]
+    assert row["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    return int(row["mem_peak_torch_max_allocated_bytes"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario, framework, shape", [
+    ("full-1b", "liger-kernels", dict(liger=True)),
+    ("lora-1b", "liger-kernels", dict(liger=True, **LORA)),
+    ("attention-1b", "attn-flex", dict(attn_implementation="flex_attention", padded=True)),
+])
+def test_liger_and_flex_plans_hold_the_h100s_peaks(scenario, framework, shape):
+    """Planned here, measured on an H100 (whole-run max_memory_allocated, batch 8 x 1024): Liger's kernels and
+    flex attention as they allocate, to 0.01 %."""
+    padded = shape.pop("padded", False)
+    step = predict_step(StepShape("preset:llama-3.2-1b", "bfloat16", 8, 1024, padded, autocast_bf16=True, **shape),
+                        True, 90)
+    measured = _measured(scenario, framework)
+    assert abs((step["peak"] + CUBLAS) / measured - 1) < 1e-4, (step["peak"] + CUBLAS, measured)
+
+
+def test_max_autotune_widens_the_bound_by_the_largest_matmuls_operands():
+    """A tiny model's largest matmul is the LM head's (tokens x hidden, vocab x hidden, tokens x vocab, float32):
+    max-autotune's benchmarks allocate them afresh while step 1 compiles, so its bound adds them."""
+    from tunebench.experiment.models import load_config
+    from tunebench.planning.accelerations import bound_extra
+    from tunebench.planning.predict import Sharding, predict
+
+    config = load_config("preset:llama-tiny")
+    tokens, hidden, vocab = 2 * 64, config.hidden_size, config.vocab_size
+    shape = StepShape("preset:llama-tiny", "float32", 2, 64, False, compile_mode="max-autotune-no-cudagraphs")
+    row = predict(shape, Sharding(), cuda=True, gpu_arch=90)
+    operands = 4 * (tokens * hidden + vocab * hidden + tokens * vocab)
+    assert row["pred_mem_bound_extra"] == int(row["pred_mem_peak"] * 0.0070) + operands
+    assert bound_extra(row["pred_mem_peak"], "default", operands) == int(row["pred_mem_peak"] * 0.0070)
+    assert bound_extra(row["pred_mem_peak"], None, operands) == 0  # eager rows keep their calibration
+
+
+def test_the_evidence_sweeps_run_the_fit_maps_edge_and_judge_it(tmp_path):
+    """scripts/gpu/acceleration_memory_doc.py: each fit-map row becomes two runs (its largest micro-batch and the
+    next), and a sweep is right only when the largest that ran is the map's and the next ran out of memory."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("doc", REPO / "scripts" / "gpu" / "acceleration_memory_doc.py")
+    doc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doc)
+    fit_map = tmp_path / "fit_map.csv"
+    pd.DataFrame([{"model_name_or_path": "preset:llama-tiny", "framework_config": "torch-compile",
+                   "max_micro_batch": 7, "pred_note": None}]).to_csv(fit_map, index=False)
+    out = tmp_path / "sweeps.yaml"
+    assert doc.sweeps(str(fit_map), str(REPO / "scripts" / "gpu" / "scenarios-acceleration-memory.yaml"), str(out)) == 0
+    runs = yaml.safe_load(out.read_text())["scenarios"]
+    assert [r["arguments"]["per_device_train_batch_size"] for r in runs] == [7, 8]
+    assert all(r["arguments"]["model_name_or_path"] == ["preset:llama-tiny"] for r in runs)
+    rows = pd.read_csv(fit_map)
+    for statuses, right in (({7: "ok", 8: "oom"}, True), ({7: "ok", 8: "ok"}, False), ({7: "oom", 8: "oom"}, False)):
+        measured = pd.DataFrame([{"model_name_or_path": "preset:llama-tiny", "framework_config": "torch-compile",
+                                  "per_device_train_batch_size": b, "status": s} for b, s in statuses.items()])
+        lines, misses = doc._sweeps(rows, measured)
+        assert (misses == 0) is right, lines
