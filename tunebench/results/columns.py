@@ -168,7 +168,8 @@ REGISTRY: tuple[Column, ...] = (
        "preloaded experiments: the one-time import cost of the matrix's preload server (not in startup_seconds)"),
     _m("entry_wall_seconds", "s", LOWER, "startup", S_START, "training entry: arguments parsed → results written"),
     # ---------------------------------------------------------------- memory (harness)
-    _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM, "peak host RSS of rank 0 (`ru_maxrss`)"),
+    _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM,
+       "peak host RSS of rank 0's own process (`VmHWM`; `ru_maxrss` would carry its launcher's peak)"),
     _m("mem_peak_torch_max_allocated_bytes", "bytes", LOWER, "memory", S_MEM,
        "`torch.cuda.max_memory_allocated()` at the end of rank 0's run"),
     _m("mem_peak_torch_max_reserved_bytes", "bytes", LOWER, "memory", S_MEM, "`torch.cuda.max_memory_reserved()` likewise"),
