@@ -25,7 +25,10 @@ install() {  # the wheels of folder $1 into .site/$1, once per machine
 }
 for wheels in .whl .whl-bnb; do install "$wheels"; done
 export PYTHONPATH="$PWD/.site/.whl:$PWD/.site/.whl-bnb"
-mkdir -p .site/ray-parts && cp -f .whl-ray-*/ray.part* .whl-ray-*/*.whl .site/ray-parts/ 2>/dev/null
+# outside the repository's copy: on 2026-11-26 the first half put in .site/ray-parts was gone by the second call
+parts=${RAY_PARTS:-/root/.cache/tunebench-ray-parts}
+mkdir -p "$parts" && cp -f .whl-ray-*/ray.part* .whl-ray-*/*.whl "$parts"/ 2>/dev/null
+log "ray wheel parts here: $(ls "$parts" 2>/dev/null | xargs)"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1
 nvidia-smi topo -m > "$out/topology.txt" 2>&1
 log "step $step on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
@@ -54,10 +57,10 @@ case "$step" in
   b)
     bench 8b-one 90 --num_gpus_matrix 1 --skip_predicted_oom --run_only_scenarios gc-8b-full-1
     bench 8b 330 --num_gpus_matrix 2 4 --max_concurrent 4 --run_only_scenarios gc-8b-full gc-8b-lora gc-8b-qlora
-    if [ -f .site/ray-parts/ray.part00 ] && [ -f .site/ray-parts/ray.part01 ]; then
-      cat .site/ray-parts/ray.part00 .site/ray-parts/ray.part01 > .site/ray-parts/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
-      rm -f .site/ray-parts/ray.part0*
-      python3 -m pip install -q --no-index --no-deps --no-compile --target .site/ray .site/ray-parts/*.whl \
+    if [ -f "$parts/ray.part00" ] && [ -f "$parts/ray.part01" ]; then
+      cat "$parts/ray.part00" "$parts/ray.part01" > "$parts/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
+      rm -f "$parts"/ray.part0*
+      python3 -m pip install -q --no-index --no-deps --no-compile --target .site/ray "$parts"/*.whl \
         && RAY=1 && log "ray installed" || log "ray install failed"
     fi
     if [ "${RAY:-0}" = 1 ] && [ "$(left)" -gt 150 ]; then

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import resource
 import sys
 import time
 import traceback
@@ -211,7 +210,7 @@ def _row(training: _Training, train_metrics: dict, step_times, token_steps, loss
         "num_processes": world,
         "trainable_parameters": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
         "total_parameters": sum(p.numel() for p in trainer.model.parameters()),
-        "mem_peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "mem_peak_host_rss_bytes": own_peak_rss(),
         **environment_columns("cuda" if training.on_cuda else "cpu"),
         **startup.columns(),
     }
@@ -231,6 +230,13 @@ def _row(training: _Training, train_metrics: dict, step_times, token_steps, loss
     if unlike:
         row["measurement_warning"] = "; ".join(w for w in (row.get("measurement_warning"), unlike) if w)
     return row
+
+
+def own_peak_rss() -> int | None:
+    """This process's peak RSS in bytes (VmHWM). Not ru_maxrss: Linux carries the launcher's peak across the
+    fork and exec into it (a 1.5 GB parent made a 10 MB child report 1.5 GB)."""
+    from scanner.memory import host_rss
+    return host_rss()[1]
 
 
 def acceleration_columns(quantization, compile_watch, warmup_steps: int, losses: dict[int, float],

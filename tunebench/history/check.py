@@ -3,15 +3,17 @@
 A series is one experiment (compare's join keys but the GPU, so that a new GPU is a cause, not a new series) over
 the store's runs in start order. Its regimes come from tunebench.history.changepoints; the newest run alone opens
 one too when it differs from the rest of its regime (a change seen in one run cannot be told from an outlier by
-the change-point search, but the step times can tell it). The move between the last two regimes is judged with
-compare's statistics on the regimes' step times (tunebench.results.compare.steady: block bootstrap, runs
-resampled, 99 % interval, minimum effect) and named with what changed between them: arguments, versions, GPU,
-driver, host and the steady window's environment (tunebench.telemetry.environment_summary).
+the change-point search, but the step times can tell it), and neighbouring regimes that compare cannot tell apart
+are one. The move between the last two regimes is judged with compare's statistics on the regimes' step times
+(tunebench.results.compare.steady: block bootstrap, runs resampled, 99 % interval, minimum effect) and named
+with what changed between them: arguments, versions, GPU, driver, host and the steady window's environment
+(tunebench.telemetry.environment_summary).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,6 +103,30 @@ def _outliers(values: list[float], runs: list[int], regime: tuple[int, int], lim
             if abs(values[i] / middle - 1) * 100 > limit_pct]
 
 
+# Verdicts of a move compare does not report: a boundary between two regimes so judged is no boundary.
+NO_CHANGE = frozenset({"not_significant", "below_min_effect"})
+
+
+def _merge_indistinct(finding: Finding, per_run: list[pd.DataFrame], metric: str, samples: dict, rule) -> None:
+    """Neighbouring regimes that compare cannot tell apart become one, the smallest move first.
+
+    The change-point search cuts at moves of run-to-run noise's size; left alone, a noisy split after a real
+    change (a +6 % regime cut again at -1.7 %) hides the change: the newest boundary is then the noisy one.
+    """
+    while len(finding.regimes) >= 2:
+        pairs = list(zip(finding.regimes, finding.regimes[1:], strict=False))
+        merge = []
+        for i, ((a0, a1), (b0, b1)) in enumerate(pairs):
+            verdict = judge(pd.concat(per_run[a0:a1]), pd.concat(per_run[b0:b1]), metric, samples, rule)["verdict"]
+            if verdict in NO_CHANGE:
+                move = abs(math.log(np.median(finding.values[b0:b1]) / np.median(finding.values[a0:a1])))
+                merge.append((move, i))
+        if not merge:
+            return
+        i = min(merge)[1]
+        finding.regimes[i:i + 2] = [(finding.regimes[i][0], finding.regimes[i + 1][1])]
+
+
 def _split_newest(finding: Finding, per_run: list[pd.DataFrame], metric: str, samples: dict, rule) -> None:
     """The newest run opens a regime of its own when compare tells it from the rest of its regime."""
     first, end = finding.regimes[-1]
@@ -120,6 +146,7 @@ def check_series(label: str, rows: pd.DataFrame, metric: str, samples: dict, rul
     if len(values) < MIN_RUNS_TO_JUDGE:
         finding.verdict = "too_few_runs"
         return finding
+    _merge_indistinct(finding, per_run, metric, samples, rule)
     _split_newest(finding, per_run, metric, samples, rule)
     limit = rule.min_effect_pct if rule.min_effect_pct is not None else rule.threshold_pct
     finding.outliers = _outliers(values, runs, finding.regimes[-1], limit)

@@ -19,13 +19,13 @@ from tunebench.experiment.quantization import Quantization
 from tunebench.experiment.sharding import Fsdp
 from tunebench.planning.fake_model import meta_model, to_fake
 from tunebench.planning.int8_outliers import OutlierColumns
-from tunebench.planning.peak_rules import MEMTRACKER_TYPES, rounded
+from tunebench.planning.peak_rules import rounded
 from tunebench.planning.quantized import (
     fake_kernels,
     mark_outlier_columns,
-    module_quant_state_bytes,
     quant_state_bytes,
 )
+from tunebench.planning.step_categories import categories
 from tunebench.planning.step_contexts import (
     cuda_block_rounding,
     grouped_mm_fallback_unless_bf16,
@@ -35,11 +35,6 @@ from tunebench.planning.step_contexts import (
 )
 
 logger = logging.getLogger(__name__)
-
-# prediction category -> MemTracker reference types: the scanner's, and the batch the fake step makes itself (the
-# Trainer's batch is an input MemTracker files apart; in a real step it is a temporary of the scanner's)
-CATEGORIES = {**MEMTRACKER_TYPES, "temporaries": (*MEMTRACKER_TYPES["temporaries"], "Input")}
-
 
 @dataclass(frozen=True)
 class StepShape:
@@ -77,13 +72,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
 
     from tunebench.planning.attention_kernels import summary
     from tunebench.planning.compiled_step import inductor_plans
-    from tunebench.planning.sharded_step import (
-        fake_ranks,
-        flat_storage_checks,
-        held_between_steps,
-        local,
-        shard,
-    )
+    from tunebench.planning.sharded_step import fake_ranks, flat_storage_checks, local, rank_holdings, shard
 
     block = 512 if round_to_cuda_blocks else 1  # the CUDA caching allocator's blocks (1: storages as they are)
     model, config = meta_model(shape)
@@ -104,15 +93,10 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         step = _TracedStep(shape, config, gpu_arch, round_to_cuda_blocks, block)
         step.run(model, optimizer, trainable)
         snapshot = step.tracker.get_tracker_snapshot("peak")
-        # FSDP2: the parameters are this rank's shards; MemTracker also files the gathered layers alive at the peak
-        # (registered as the modules' parameters while in use) as parameters, the scanner as temporaries.
-        held = _shard_bytes(model, block) if sharded else None
-        kept = held_between_steps(model, block) if sharded else 0
-        if sharded and shape.quantization is not None:
-            kept += module_quant_state_bytes(model, block)
+        held, kept = rank_holdings(model, block) if sharded else (None, 0)
     if gpu_arch and shape.attn_implementation == "flex_attention":
         step.chosen.append("flex")
-    out = _categories(snapshot, optimizer, step.rules, block, held)
+    out = categories(snapshot, optimizer, step.rules, block, held)
     # what the rank keeps between steps (FSDP1's flat gradients) is the scanner's `other`, not a temporary
     out["kept"] = min(kept, out["temporaries"])
     out["temporaries"] -= out["kept"]
@@ -240,22 +224,19 @@ class _TracedStep:
         return cpu_attention(self.chosen), cpu_attention([])
 
     def _warm_up(self, model, optimizer, trainable: list, ids, mask) -> None:
-        """One whole step before the measured one, as the scanner measures a step after warm-up: FSDP2 sets up
-        on its first forward and backward what later steps reuse (with FSDP's activation checkpointing, a first
-        step that is measured holds 15 % more than later ones: a real 2-process FSDP2 run, tests/dist)."""
+        """One whole step before the measured one, as the scanner measures a step after warm-up: FSDP sets up on its
+        first forward and backward what later steps reuse (with FSDP's activation checkpointing, a first step that
+        is measured holds 15 % more than later ones: a real 2-process FSDP2 run, tests/test_fsdp_memory.py)."""
         import torch
 
-        from tunebench.planning.attention_kernels import cpu_attention, gpu_attention
         from tunebench.planning.cuda_semantics import applied
 
-        def attention():  # one use each: generator-made context managers
-            return gpu_attention(self.gpu_arch, []) if self.gpu_arch else cpu_attention([])
-
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        attention, attention_backward = self._attention()
         with packed_rows_only_if(self.shape.packed), applied(bool(self.gpu_arch)):
-            with autocast, attention():
+            with autocast, attention:
                 loss = _loss(model, ids, mask)
-            with attention():
+            with attention_backward:
                 loss.backward()
         del loss
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -295,30 +276,6 @@ class _TracedStep:
             handle.remove()
 
 
-def _categories(snapshot: dict, optimizer, rules, block: int, params: int | None = None) -> dict:
-    """The tracker's peak as the scanner's categories (the scanner's own split of it on a CUDA target); `params`:
-    the parameters' own bytes where MemTracker's figure holds more (FSDP2's gathered layers: temporaries)."""
-    device = next(iter(snapshot))
-    peak = {getattr(k, "value", str(k)): int(v) for k, v in snapshot[device].items()}
-    out = {name: sum(peak.get(r, 0) for r in refs) for name, refs in CATEGORIES.items()}
-    if params is not None and params < out["params"]:
-        out["temporaries"] += out["params"] - params
-        out["params"] = params
-    # MemTracker files what the optimizer step allocates under its optimizer state; the scanner's `optimizer`
-    # is the state alone (every tensor in optimizer.state), the rest of the step's transients are temporaries.
-    state = _state_bytes(optimizer, block)
-    out["temporaries"] += max(0, out["optimizer"] - state)
-    out["optimizer"] = state
-    out["peak"] = sum(out.values())
-    if rules is not None and rules.ops:
-        # the scanner's split of the same peak: saved storages (+ recompute) and accumulated gradients at its interval
-        activations, grads = rules.best_state
-        named = out["params"] + out["buffers"] + out["optimizer"]
-        out["activations"], out["grads"] = activations, grads
-        out["temporaries"] = max(0, out["peak"] - named - activations - grads)
-    return out
-
-
 def _loss(model, ids, mask):
     """The model's loss without a KV cache, as TRL's compute_loss asks (a model whose forward takes no
     `use_cache` has none to turn off)."""
@@ -328,23 +285,3 @@ def _loss(model, ids, mask):
         if "use_cache" not in str(error):
             raise
         return model(input_ids=ids, attention_mask=mask, labels=ids).loss
-
-
-def _shard_bytes(model, block: int) -> int:
-    """Bytes of the model's parameters as this rank holds them (FSDP2: its shards), each storage once."""
-    from tunebench.planning.sharded_step import local
-
-    storages = {}
-    for p in model.parameters():
-        storage = local(p).untyped_storage()
-        storages[storage._cdata] = rounded(storage.nbytes(), block)
-    return sum(storages.values())
-
-
-def _state_bytes(optimizer, block: int) -> int:
-    import torch
-
-    from tunebench.planning.sharded_step import local
-
-    return sum(rounded(local(t).untyped_storage().nbytes(), block)
-               for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))

@@ -194,6 +194,27 @@ def held_between_steps(model, block: int) -> int:
     return sum(storages.values())
 
 
+def rank_holdings(model, block: int) -> tuple[int, int]:
+    """(what the rank's parameters hold, what it keeps between steps besides them). The first is the scanner's
+    `params`: MemTracker also files the layers gathered at the peak (registered as the modules' parameters while in
+    use) as parameters, the scanner as temporaries. The second is its `other`: FSDP1's flat gradients, and a 4-bit
+    layer's quantization state, which a sharded weight no longer carries."""
+    from tunebench.planning.quantized import module_quant_state_bytes
+
+    return shard_bytes(model, block), held_between_steps(model, block) + module_quant_state_bytes(model, block)
+
+
+def shard_bytes(model, block: int) -> int:
+    """Bytes of the model's parameters as this rank holds them (FSDP: its shards), each storage once."""
+    from tunebench.planning.peak_rules import rounded
+
+    storages = {}
+    for p in model.parameters():
+        storage = local(p).untyped_storage()
+        storages[storage._cdata] = rounded(storage.nbytes(), block)
+    return sum(storages.values())
+
+
 def local(tensor):
     """What this rank holds of a tensor: a DTensor's local shard, else the tensor."""
     inner = getattr(tensor, "_local_tensor", None)

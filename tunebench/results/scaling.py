@@ -89,10 +89,10 @@ def scaling_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
         chosen = ok["experiment_id"].isin({t.experiment_id for t in matched}) & rates.map(_finite)
         if not chosen.any():
             continue
-        frame.at[index, "scaling_efficiency"] = float(rates[index]) / (run.num_gpus * rates[chosen].mean())
+        frame.loc[index, "scaling_efficiency"] = float(rates[index]) / (run.num_gpus * rates[chosen].mean())
         if _finite(steps.get(index)) and steps[chosen].map(_finite).all():
-            frame.at[index, "comm_exposed_share"] = 1 - steps[chosen].mean() / float(steps[index])
-        frame.at[index, "scaling_baseline_id"] = ";".join(sorted(ok.loc[chosen, "experiment_id"].unique()))
+            frame.loc[index, "comm_exposed_share"] = 1 - steps[chosen].mean() / float(steps[index])
+        frame.loc[index, "scaling_baseline_id"] = ";".join(sorted(ok.loc[chosen, "experiment_id"].unique()))
     return frame
 
 

@@ -247,3 +247,17 @@ def test_steady_state_auto_stops_as_soon_as_its_rule_holds(tmp_path):
     first_check = policy.warmup_steps + policy.min_steps
     assert known(stop) and not any(known(s) for s in range(first_check, stop))
     assert row["scan_time_source"] == "time_window" and row["scan_time_window"] == f"4-{stop}"
+
+
+def test_host_rss_peak_is_the_training_process_own_not_its_launchers():
+    # A launcher holding 1 GiB starts a child that holds a few hundred MB (the interpreter, torch): the row's figure must be the child's.
+    child = ("import resource, sys; sys.path.insert(0, sys.argv[1]);"
+             "from tunebench.experiment.train import own_peak_rss;"
+             "print(own_peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    parent = ("import subprocess, sys; held = bytearray(2**30); held[::4096] = b'x' * len(held[::4096]);"
+              f"sys.stdout.write(subprocess.run([sys.executable, '-c', {child!r}, sys.argv[1]],"
+              " capture_output=True, text=True, check=True).stdout)")
+    out = subprocess.run([sys.executable, "-c", parent, str(REPO)], capture_output=True, text=True, check=True)
+    own, inherited = map(int, out.stdout.split())
+    assert inherited > 2**30  # what ru_maxrss says: the launcher's peak
+    assert own < 2**29  # the child's own

@@ -198,3 +198,15 @@ def test_check_exit_codes(tmp_path, capsys):
     assert history("check", "--store", str(tmp_path / "h.duckdb")) == 1
     assert capsys.readouterr().out.strip().endswith("1 experiment(s) whose newest run opened a worse regime")
     assert history("check", "--store", str(tmp_path / "h.duckdb"), "--min_effect", "10") == 0
+
+
+def test_a_regime_split_compare_cannot_call_does_not_hide_the_change_before_it(tmp_path):
+    # +6 % from run 12, then two runs 1.9 % higher and two back: the change-point search cuts at 17 and 19 as well,
+    # but the step times cannot tell runs 17-18 from their neighbours (±1 % step wobble, 2 runs a side).
+    before = [0.1000, 0.1001, 0.0999, 0.1000, 0.1002, 0.0998, 0.1001, 0.1000, 0.0999, 0.1001, 0.1000]
+    after = [0.1060, 0.1061, 0.1059, 0.1060, 0.1062, 0.1080, 0.1081, 0.1060, 0.1059]
+    from tunebench.history import changepoints
+    assert changepoints.change_points(before + after) == [11, 16, 18]  # what the merge has to undo
+    (finding,) = _series(tmp_path, before + after)
+    assert finding.verdict == "regression" and finding.regimes == [(0, 11), (11, 20)]
+    assert describe(finding)[1].startswith("  run 12 opened the newest regime: +6.0 % (99 % CI +")

@@ -75,6 +75,18 @@ PROJECTION_COLUMNS: tuple[tuple, ...] = (
     ("proj_note", "metric", "-", None, None, "the method, its inputs and every assumption the projection made"),
 )
 
+SCALING_COLUMNS: tuple[tuple, ...] = (  # several GPUs against the same work on one (results.scaling)
+    ("scaling_efficiency", "metric", "fraction", HIGHER, "ratio",
+     "several GPUs: steady_nonpad_tokens_per_second ÷ (GPUs × the one-GPU twin's): the twin is a one-GPU row of "
+     "the folder doing the same work per device (every argument equal but the parallelism's own; checkpointing "
+     "alike, whichever switch); 1 = perfect scaling"),
+    ("comm_exposed_share", "metric", "fraction", LOWER, "ratio",
+     "several GPUs: (steady median step − the twin's) ÷ steady median step: what the GPUs added to the same work's "
+     "step, communication not hidden behind compute and its slow-down of the compute beside it"),
+    ("scaling_baseline_id", "metric", "-", None, None,
+     "experiment_id of the one-GPU twin (`;`-separated when repeated)"),
+)
+
 LEARNING_COLUMNS: tuple[tuple, ...] = (
     ("data_entropy_floor_nats", "metric", "nats/token", None, None,
      "the lowest loss any model can reach on the data: ln k for the `markov` corpus (k = "

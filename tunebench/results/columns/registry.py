@@ -86,14 +86,8 @@ REGISTRY: tuple[Column, ...] = (
        "the same for non-padding tokens (global)"),
     _m("steady_nonpad_tokens_per_second_per_device", "tokens/s", HIGHER, "throughput", S_STEADY,
        "the above ÷ processes"),
-    _m("scaling_efficiency", "fraction", HIGHER, "ratio", S_STEADY,
-       "several GPUs: steady_nonpad_tokens_per_second ÷ (GPUs × the one-GPU twin's): the twin is a one-GPU row of "
-       "the folder doing the same work per device (every argument equal but the parallelism's own; checkpointing "
-       "alike, whichever switch); 1 = perfect scaling"),
-    _m("comm_exposed_share", "fraction", LOWER, "ratio", S_STEADY,
-       "several GPUs: (steady median step − the twin's) ÷ steady median step: what the GPUs added to the same work's "
-       "step, communication not hidden behind compute and its slow-down of the compute beside it"),
-    _k("scaling_baseline_id", METRIC, "-", S_STEADY, "experiment_id of the one-GPU twin (`;`-separated when repeated)"),
+    *(Column(n, kind, unit, meaning, S_STEADY, direction or Direction.IGNORE, family)
+      for n, kind, unit, direction, family, meaning in extra.SCALING_COLUMNS),
     _m("steady_mfu", "fraction", HIGHER, "throughput", S_STEADY,
        "model FLOPs of a mean steady step ÷ median step time ÷ (peak × devices); empty on CPU or unknown GPUs"),
     _m("steady_hfu", "fraction", HIGHER, "throughput", S_STEADY,
@@ -171,7 +165,8 @@ REGISTRY: tuple[Column, ...] = (
        "preloaded experiments: the one-time import cost of the matrix's preload server (not in startup_seconds)"),
     _m("entry_wall_seconds", "s", LOWER, "startup", S_START, "training entry: arguments parsed → results written"),
     # ---------------------------------------------------------------- memory (harness)
-    _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM, "peak host RSS of rank 0 (`ru_maxrss`)"),
+    _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM,
+       "peak host RSS of rank 0's own process (`VmHWM`; `ru_maxrss` would carry its launcher's peak)"),
     _m("mem_peak_torch_max_allocated_bytes", "bytes", LOWER, "memory", S_MEM,
        "`torch.cuda.max_memory_allocated()` at the end of rank 0's run"),
     _m("mem_peak_torch_max_reserved_bytes", "bytes", LOWER, "memory", S_MEM, "`torch.cuda.max_memory_reserved()` likewise"),
