@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 # Every trace entry costs a few dozen bytes of host memory; a step of a large model makes ~1e4 entries.
 MAX_ENTRIES = 2_000_000
 # History entries carry the requested size; the allocator's `allocated_bytes` counts whole blocks, which are
-# at least the request rounded up to the block size (memory.allocation_bytes). A large-pool block may also keep an unsplit tail of up to 1 MiB,
+# at least the request rounded up to the block size (memory.allocation_bytes). A large-pool block may also keep an
+# unsplit tail of up to 1 MiB,
 # which the history does not show: replayed and counted peaks may differ by that much per block, so a
 # difference up to PEAK_TOLERANCE is expected and only a larger one is reported.
 _CUDA = torch.device("cuda")  # only its type matters to allocation_bytes

@@ -310,7 +310,9 @@ def _find_trainer():
 def _with_self(signature: inspect.Signature) -> inspect.Signature:
     """`signature` behind a `self` parameter: make_options's parameters as Scanner.__init__'s."""
     self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return signature.replace(parameters=[self, *signature.parameters.values()], return_annotation=inspect.Signature.empty)
+    return signature.replace(
+        parameters=[self, *signature.parameters.values()], return_annotation=inspect.Signature.empty
+    )
 
 
 Scanner.__init__.__signature__ = _with_self(inspect.signature(make_options))

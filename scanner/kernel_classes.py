@@ -37,7 +37,8 @@ _RULES: tuple[tuple[str, str], ...] = (
     (GEMM, r"nvjet|xmma_gemm|[a-z0-9]gemm|^gemm|gemm_|Gemm|gemv|Gemv|splitKreduce|cublas|cutlass|tensorop|"
            r"s16816|s1688|h16816|i16832|wgmma|triton_tem_fused_(?:mm|addmm|bmm)|kgemm|igemmlt|int8_?matmul"),
     # norms: layer norm, RMSNorm (fused or Liger/Triton), their backward kernels
-    (NORM, r"layer_norm|LayerNorm|rms_norm|RMSNorm|rmsnorm|GammaBeta|group_norm|batch_norm|_norm_(?:fwd|bwd|forward|backward)"),
+    (NORM, r"layer_norm|LayerNorm|rms_norm|RMSNorm|rmsnorm|GammaBeta|group_norm|batch_norm|"
+           r"_norm_(?:fwd|bwd|forward|backward)"),
     # reductions: sums, means, softmax / log-softmax, losses, norms of gradients (clipping), Triton reductions
     (REDUCTION, r"reduce_kernel|Reduce|reduction|softmax|SoftMax|Softmax|cross_entropy|CrossEntropy|nll_loss|"
                 r"LpNorm|lpnorm|norm_kernel|cub::|scan_|triton_red_|triton_per_|argmax|topk|_sum_|sum_functor"),

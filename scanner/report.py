@@ -147,7 +147,9 @@ def build_step_report(rec, probe, host_rss: tuple, nvml_used: int | None) -> Ste
         # category's. "other" (held since before the step) is capped by what the peak leaves, so that
         # temporaries, the step's transient rest, never goes negative should some of it be freed before the peak.
         r.mem_block_tails = min(rec.peak_tails, max(0, rec.peak - named))
-        r.mem_other = min(max(0, (rec.other_start or 0) - rec.start_tails), max(0, rec.peak - named - r.mem_block_tails))
+        r.mem_other = min(
+            max(0, (rec.other_start or 0) - rec.start_tails), max(0, rec.peak - named - r.mem_block_tails)
+        )
         r.mem_temporaries = rec.peak - named - r.mem_other - r.mem_block_tails
         r.mem_peak_reserved = rec.peak_reserved
         r.mem_fragmentation = rec.peak_reserved - rec.peak

@@ -58,7 +58,11 @@ def ruptures_pelt(values: np.ndarray, model: str, beta: float) -> list[int]:
 
     logs = np.log(values)
     scaled = (logs - np.median(logs)) / robust_noise(logs)
-    ends = ruptures.Pelt(model=model, min_size=2, jump=1).fit(scaled.reshape(-1, 1)).predict(pen=beta * math.log(len(values)))
+    ends = (
+        ruptures.Pelt(model=model, min_size=2, jump=1)
+        .fit(scaled.reshape(-1, 1))
+        .predict(pen=beta * math.log(len(values)))
+    )
     return [e for e in ends if e < len(values)]
 
 

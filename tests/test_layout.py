@@ -167,7 +167,8 @@ def _upward(modules: dict[str, Path], type_checking: bool = True) -> list[tuple[
 def test_layer_check_finds_a_planted_upward_import(tmp_path):
     pkg = tmp_path / "tunebench" / "results"
     pkg.mkdir(parents=True)
-    (pkg / "x.py").write_text('"""x."""\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tunebench.cli import main\n')
+    (pkg / "x.py").write_text('"""x."""\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tunebench.cli '
+                              'import main\n')
     (tmp_path / "tunebench" / "cli.py").write_text('"""cli."""\n')
     known = {"tunebench.results.x": pkg / "x.py", "tunebench.cli": tmp_path / "tunebench" / "cli.py"}
     assert _upward(known) == [("tunebench.results.x", "tunebench.cli")]
@@ -252,7 +253,8 @@ def _setting_reads(path: Path) -> set[str]:
             name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
             if name in _READS:
                 found |= {a.value for a in node.args if isinstance(a, ast.Constant) and a.value in ONE_READER}
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in ONE_READER:
+        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+              and node.slice.value in ONE_READER):
             found.add(node.slice.value)
         elif isinstance(node, ast.Attribute) and node.attr in ONE_READER and isinstance(node.ctx, ast.Load):
             found.add(node.attr)
@@ -323,7 +325,9 @@ def test_each_subcommand_is_a_module_of_the_cli_named_after_it():
 
     cli = ROOT / "tunebench" / "cli"
     assert all((cli / f"{name}.py").is_file() for name in (*SUBCOMMANDS, "plan", "run"))
-    assert all(callable(getattr(importlib.import_module(f"tunebench.cli.{name}"), "main", None)) for name in SUBCOMMANDS)
+    assert all(
+        callable(getattr(importlib.import_module(f"tunebench.cli.{name}"), "main", None)) for name in SUBCOMMANDS
+    )
     with_main = {path.stem for path in cli.glob("*.py") if any(isinstance(node, ast.FunctionDef) and node.name == "main"
                                                                for node in ast.parse(path.read_text()).body)}
     assert with_main - {"__init__"} == set(SUBCOMMANDS)

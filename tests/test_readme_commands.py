@@ -48,7 +48,8 @@ def test_quickstart_main_job(tmp_path, env):
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory, env):
     folder = tmp_path_factory.mktemp("matrix")
-    proc = sh(["bash", str(SCRIPT), "1 2", "4 8", "results"], env, cwd=folder)  # tox -e run-benches -- "1 2" "4 8" results
+    # tox -e run-benches -- "1 2" "4 8" results
+    proc = sh(["bash", str(SCRIPT), "1 2", "4 8", "results"], env, cwd=folder)
     return folder, proc
 
 
@@ -66,7 +67,9 @@ def test_readme_matrix_every_row_ok(matrix):
         twin = frame[frame["experiment_id"] == row.scaling_baseline_id].iloc[0]
         assert (twin.num_gpus, twin.effective_batch_size, twin.scenario, twin.framework_config) == (
             1, 4, row.scenario, row.framework_config)
-        assert row.scaling_efficiency == row.steady_nonpad_tokens_per_second / (2 * twin.steady_nonpad_tokens_per_second)
+        assert row.scaling_efficiency == row.steady_nonpad_tokens_per_second / (
+            2 * twin.steady_nonpad_tokens_per_second
+        )
     assert frame.loc[frame["effective_batch_size"] == 4, "scaling_baseline_id"].isna().all()  # other work per process
 
 

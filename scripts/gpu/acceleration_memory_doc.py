@@ -42,8 +42,10 @@ def sweeps(fit_map: str, scenarios: str, out: str) -> int:
                             "arguments": {**copy.deepcopy(base["arguments"]),
                                           "model_name_or_path": [row["model_name_or_path"]],
                                           "per_device_train_batch_size": batch}})
-    header = ("# Written by scripts/gpu/acceleration_memory_plans.sh from the fit map planned on a CPU host: each "
-              "sweep's\n# largest micro-batch predicted to fit an H100 and the next (which should run out of memory).\n")
+    header = (
+        "# Written by scripts/gpu/acceleration_memory_plans.sh from the fit map planned on a CPU host: each "
+        "sweep's\n# largest micro-batch predicted to fit an H100 and the next (which should run out of memory).\n"
+    )
     Path(out).write_text(header + yaml.safe_dump({"data_processing": source.get("data_processing", {}),
                                                   "scenarios": written}, sort_keys=False))
     print(f"wrote {out}: {len(written) // 2} sweep(s) of 2 runs")

@@ -14,7 +14,9 @@ import json
 
 def _frames(entry: dict, limit: int = 8) -> list[str]:
     names = [f.get("name", "") for f in entry.get("frames", [])]
-    keep = [n for n in names if any(k in n for k in ("at::native", "at::cuda", "cublas", "cudnn", "Backward", "at::_ops"))]
+    keep = [
+        n for n in names if any(k in n for k in ("at::native", "at::cuda", "cublas", "cudnn", "Backward", "at::_ops"))
+    ]
     return (keep or names)[:limit]
 
 
@@ -55,9 +57,17 @@ def main() -> None:
     best, at, live = live_at_peak(entries)
     largest = sorted(live.values(), key=lambda e: -e["size"])[: args.top]
     recent = [e for e in entries[max(0, at - 30): at + 1] if e["action"] == "alloc" and e["size"] >= 1 << 20]
-    print(json.dumps({"peak_above_start": best, "peak_entry": {"size": entries[at]["size"], "frames": _frames(entries[at], 20)},
-                      "largest_live": [{"size": e["size"], "frames": _frames(e)} for e in largest],
-                      "recent_allocs": [{"size": e["size"], "frames": _frames(e)} for e in recent]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "peak_above_start": best,
+                "peak_entry": {"size": entries[at]["size"], "frames": _frames(entries[at], 20)},
+                "largest_live": [{"size": e["size"], "frames": _frames(e)} for e in largest],
+                "recent_allocs": [{"size": e["size"], "frames": _frames(e)} for e in recent],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ themselves: a composite op (e.g. `square`) decomposes into one that is (`pow`), 
 decomposition. This probe asks CUDA instead of the list: every op of torch's ATen bindings, torch.special,
 torch.linalg and torch.nn.functional is called with bf16 and float32 tensors in a few argument patterns under
 `torch.autocast("cuda", torch.bfloat16)`, and the dtype of its first tensor output is written. The CPU test
-(tests/tunebench/planning/test_cuda_semantics.py) replays every row on CPU under the fake step's rules and wants the same dtype.
+(tests/tunebench/planning/test_cuda_semantics.py) replays every row on CPU under the fake step's rules and wants the
+same dtype.
 """
 
 from __future__ import annotations

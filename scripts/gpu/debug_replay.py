@@ -74,7 +74,8 @@ for tag in sorted(true_at):
     if d and bad < 15:
         st = captured["states"][tag]
         print(
-            f"tag {tag} phase {st[0]} thread {threads[tag] % 1000} replay {r.start_allocated[tag]} true {true_at[tag]} diff {d} state {st}"
+            f"tag {tag} phase {st[0]} thread {threads[tag] % 1000} replay {r.start_allocated[tag]} true {true_at[tag]} "
+            f"diff {d} state {st}"
         )
         bad += 1
 print(

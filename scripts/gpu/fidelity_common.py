@@ -1,4 +1,5 @@
-"""What the GPU evidence drivers share: the two model cases, their Trainer run, per-step clocks, MemTracker, comparisons.
+"""What the GPU evidence drivers share: the two model cases, their Trainer run, per-step clocks, MemTracker,
+comparisons.
 
 scanner_fidelity.py, scanner_overhead.py and rank_memtracker.py import from here (never from each other).
 """

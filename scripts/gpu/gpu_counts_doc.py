@@ -122,7 +122,9 @@ def projection_table(merged: Path, rows: pd.DataFrame) -> pd.DataFrame:
         twin = target.get("scaling_baseline_id")
         if isinstance(twin, str) and own["proj_parallelism"] in ("ddp", "fsdp2"):
             for twin_id in twin.split(";"):
-                sources.append(("one GPU", twin_id, projected[(int(target["num_gpus"]), own["proj_parallelism"])].loc[twin_id]))
+                sources.append(
+                    ("one GPU", twin_id, projected[(int(target["num_gpus"]), own["proj_parallelism"])].loc[twin_id])
+                )
         for other_id, other in ok[(ok["num_gpus"] > 1) & (ok["num_gpus"] != target["num_gpus"])].iterrows():
             if other["scenario"] == target["scenario"] and other["framework_config"] == target["framework_config"]:
                 sources.append((f"{int(other['num_gpus'])} GPUs", other_id,
@@ -131,12 +133,24 @@ def projection_table(merged: Path, rows: pd.DataFrame) -> pd.DataFrame:
             value = p.get("proj_steady_nonpad_tokens_per_second")
             error = value / target["steady_nonpad_tokens_per_second"] - 1 if pd.notna(value) else None
             band = max(0.10, spread.get(target_id, 0.0), spread.get(source_id, 0.0))
-            out.append({"target": target_id, "scenario": target["scenario"], "framework_config": target["framework_config"],
-                        "num_gpus": int(target["num_gpus"]), "from": kind, "source": source_id,
-                        "measured": target["steady_nonpad_tokens_per_second"], "projected": value, "error": error,
-                        "repeatability": max(spread.get(target_id, 0.0), spread.get(source_id, 0.0)), "band": band,
-                        "within": None if error is None else abs(error) <= band,
-                        "host_elasticity": p.get("proj_host_elasticity"), "note": None if pd.notna(value) else p.get("proj_note")})
+            out.append(
+                {
+                    "target": target_id,
+                    "scenario": target["scenario"],
+                    "framework_config": target["framework_config"],
+                    "num_gpus": int(target["num_gpus"]),
+                    "from": kind,
+                    "source": source_id,
+                    "measured": target["steady_nonpad_tokens_per_second"],
+                    "projected": value,
+                    "error": error,
+                    "repeatability": max(spread.get(target_id, 0.0), spread.get(source_id, 0.0)),
+                    "band": band,
+                    "within": None if error is None else abs(error) <= band,
+                    "host_elasticity": p.get("proj_host_elasticity"),
+                    "note": None if pd.notna(value) else p.get("proj_note"),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -156,7 +170,10 @@ def concurrency(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[rows["status"] == "ok"]
     out = []
     for _, group in ok.groupby("experiment_id"):
-        packed, alone = group[group["concurrent_experiments"].fillna(0) > 0], group[group["concurrent_experiments"].fillna(0) == 0]
+        packed, alone = (
+            group[group["concurrent_experiments"].fillna(0) > 0],
+            group[group["concurrent_experiments"].fillna(0) == 0],
+        )
         if len(packed) and len(alone):
             p, a = packed.iloc[0], alone.iloc[0]
             out.append({"scenario": p["scenario"], "framework_config": p["framework_config"], "num_gpus": p["num_gpus"],

@@ -78,7 +78,8 @@ def table(runs: list[Path]) -> str:
         others = f"{values[0]:.0f} {_short(values[1])}" if values[0] == values[0] and values[0] is not None else ""
         warning = "GPU shared" if "GPU shared" in str(row.measurement_warning) else ""
         lines.append(f"| {row.run} | {row.experiment} | {1000 * row.steady_step_time_median:.1f} | {move:+.1f} % | "
-                     f"{others} | {_short(values[2])} | {_short(values[3])} | {_short(values[4])} | {_short(values[5])} "
+                     f"{others} | {_short(values[2])} | {_short(values[3])} | {_short(values[4])} | "
+                     f"{_short(values[5])} "
                      f"| {_short(values[6])} | {_short(values[7])} | {warning} |")
     return "\n".join(lines)
 

@@ -31,15 +31,28 @@ def main() -> None:
     model = load_model(args.model, "bfloat16", init_device="cuda:0")  # GPU init: the host CPU is slow
     model.config.use_cache = False  # as TRL trains
     names = checkpointing_renames()
-    checkpointing = {names.get("gradient_checkpointing", "gradient_checkpointing"): args.checkpointing,
-                     names.get("gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"): {"use_reentrant": False}}
+    checkpointing = {
+        names.get("gradient_checkpointing", "gradient_checkpointing"): args.checkpointing,
+        names.get("gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"): {"use_reentrant": False},
+    }
     vocab = load_config(args.model).vocab_size
     steps = 3  # the optimizer state exists from step 1; step 3 is an ordinary step
-    rows = [{"input_ids": ids, "labels": ids.clone()} for ids in torch.randint(3, vocab, (steps * args.batch, args.seq))]
+    rows = [
+        {"input_ids": ids, "labels": ids.clone()} for ids in torch.randint(3, vocab, (steps * args.batch, args.seq))
+    ]
     scanner = Scanner(steps=steps, time_steps="off", output=None, log_to_trainer=False, memory_snapshot=args.out)
-    training = TrainingArguments(output_dir="/tmp/peak-snapshot", max_steps=steps, per_device_train_batch_size=args.batch,
-                                 bf16=True, optim="adamw_torch_fused", report_to=[], save_strategy="no",
-                                 logging_strategy="no", disable_tqdm=True, **checkpointing)
+    training = TrainingArguments(
+        output_dir="/tmp/peak-snapshot",
+        max_steps=steps,
+        per_device_train_batch_size=args.batch,
+        bf16=True,
+        optim="adamw_torch_fused",
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        **checkpointing,
+    )
     Trainer(model=model, args=training, train_dataset=rows, callbacks=[scanner]).train()
     print(json.dumps({k: v for k, v in scanner.flat_metrics().items() if k.startswith("scan_mem")}, indent=1))
 

@@ -17,8 +17,9 @@ STEP=full bash scripts/gpu/uv_device.sh          # -> $OUT/u-full.tgz: results.t
 python scripts/gpu/projection_report.py H100_OUT H200_OUT --repeat "LABEL=DIR_A:DIR_B" ... \
   --other_pair "LABEL=H100_OUT:H200_OUT" ... --notes NOTES.md
 # the same projection from the command line, e.g. the H100 results onto an H200 and an L40S:
-python benchmark.py plan --project_from /tmp/projection-evidence/H100/results --plan_device "NVIDIA H200, NVIDIA L40S" \\
-  --gpu_table docs/evidence/projection-h100-h200/measured-gpus.yaml --results_output_path /tmp/proj
+python benchmark.py plan --project_from /tmp/projection-evidence/H100/results \\
+  --plan_device "NVIDIA H200, NVIDIA L40S" --gpu_table docs/evidence/projection-h100-h200/measured-gpus.yaml \\
+  --results_output_path /tmp/proj
 ```"""
 
 
@@ -53,15 +54,20 @@ def _contradictions(headline: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:
     for direction, rows in headline.groupby("direction"):
         host = rows[["proj_host_gap_time", "proj_step_time"]].dropna()
         if not host.empty and (host["proj_host_gap_time"] / host["proj_step_time"]).max() > 0.05:
-            found.append(f"- {direction}: host gaps reach {100 * (host['proj_host_gap_time'] / host['proj_step_time']).max():.0f} % "
-                         "of a projected step; the replay keeps the host's time (the same host): check the "
-                         "host-bound rows' errors above.")
+            found.append(
+                f"- {direction}: host gaps reach "
+                f"{100 * (host['proj_host_gap_time'] / host['proj_step_time']).max():.0f} % "
+                "of a projected step; the replay keeps the host's time (the same host): check the "
+                "host-bound rows' errors above."
+            )
     return found or ["- none beyond the tolerance of ±5 % per kernel class."]
 
 
 def _phase_errors(headline: pd.DataFrame) -> list[str]:
-    lines = ["| direction | experiment | " + " | ".join(f"{p} error" for p in ("forward", "backward", "optimizer")) + " |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "| direction | experiment | " + " | ".join(f"{p} error" for p in ("forward", "backward", "optimizer")) + " |",
+        "|---|---|---:|---:|---:|",
+    ]
     for _, r in headline.iterrows():
         cells = []
         for phase in ("forward", "backward", "optimizer"):
@@ -120,7 +126,11 @@ def _markdown(frame: pd.DataFrame, empty: str, header: str, cells) -> list[str]:
     if frame.empty:
         return [empty]
     columns = header.count("|") - 1
-    return [header, "|---|---|" + "---:|" * (columns - 2), *(f"| {' | '.join(cells(r))} |" for _, r in frame.iterrows())]
+    return [
+        header,
+        "|---|---|" + "---:|" * (columns - 2),
+        *(f"| {' | '.join(cells(r))} |" for _, r in frame.iterrows()),
+    ]
 
 
 def _others(others: pd.DataFrame) -> list[str]:
@@ -173,7 +183,8 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
         "## Assumptions the measurement contradicts", "", *_contradictions(headline, ratios), "",
         "## Files", "",
         "`projection-h100-h200/`: `projection-errors.csv` (every projection with its `proj_note`), "
-        "`projection-errors-shipped-table.csv`, `kernel-class-ratios.csv`, `repeatability.csv`, `raw_summary-h100.csv`, "
+        "`projection-errors-shipped-table.csv`, `kernel-class-ratios.csv`, `repeatability.csv`, "
+        "`raw_summary-h100.csv`, "
         "`raw_summary-h200.csv`, `other-pairs.csv`, `measured-gpus.yaml` (the --gpu_table the headline used).", "",
     ]
     path.write_text("\n".join(parts))

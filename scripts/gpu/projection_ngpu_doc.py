@@ -32,7 +32,9 @@ def compare(root: Path, gpu: str) -> pd.DataFrame:
     ones, twos = measured[measured["num_gpus"] == 1], measured[measured["num_gpus"] == 2]
     rows = []
     for parallelism in ("ddp", "fsdp2"):
-        projected = projection_frame(ProjectionOptions(root, gpu, num_gpus=2, parallelism=parallelism)).set_index("experiment_id")
+        projected = projection_frame(ProjectionOptions(root, gpu, num_gpus=2, parallelism=parallelism)).set_index(
+            "experiment_id"
+        )
         for _, one in ones.iterrows():
             two = twos[(twos["peft_method"] == one["peft_method"]) & (twos["framework_config"] == parallelism)]
             if two.empty:

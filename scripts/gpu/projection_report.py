@@ -55,9 +55,13 @@ def peaks_table(outs: dict[str, Path], path: Path, bandwidth: str = "copy_tb_per
         if gpu is None:
             continue
         cite = f"measured in this evidence's device call (scripts/gpu/gpu_peaks.py, {out.name}/peaks.json)"
-        figures = {"bf16_tflops": peaks.get("bf16_matmul_tflops"), "memory_tb_per_s": peaks.get(bandwidth),
-                   "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"), "unrolled_tb_per_s": peaks.get("cast_copy_tb_per_s"),
-                   "strided_tb_per_s": peaks.get("broadcast_mul_tb_per_s")}
+        figures = {
+            "bf16_tflops": peaks.get("bf16_matmul_tflops"),
+            "memory_tb_per_s": peaks.get(bandwidth),
+            "kernel_floor_us": peaks.get("tiny_kernel_gpu_us"),
+            "unrolled_tb_per_s": peaks.get("cast_copy_tb_per_s"),
+            "strided_tb_per_s": peaks.get("broadcast_mul_tb_per_s"),
+        }
         if host:
             figures.update({k: peaks.get(k) for k in ("host_step_us", "host_cpu_op_us", "host_launch_us")})
         entry = {"name": gpu.name, **{k: {"value": round(v, 4), "source": cite} for k, v in figures.items()

@@ -24,6 +24,10 @@ from fidelity_common import CASES, StepTimer, build_model, run  # noqa: E402
 from scanner import Scanner  # noqa: E402
 
 
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -43,11 +47,18 @@ def main(argv=None) -> int:
         order = [False, True] if pair % 2 == 0 else [True, False]  # ABBA: drift hits both modes alike
         for scanned in order:
             timer = StepTimer(cuda)
-            callbacks = [timer] + ([Scanner(steps=args.scan_step, output=None, log_to_trainer=False)] if scanned else [])
+            callbacks = [timer] + (
+                [Scanner(steps=args.scan_step, output=None, log_to_trainer=False)] if scanned else []
+            )
             wall = run(model, case, args.tiny, args.steps, callbacks, out)
             steps = timer.step_times()
             steady = steps[5:]
-            record = {"scanned": scanned, "wall_s": wall, "steady_s": sum(steady), "median_step_s": statistics.median(steady)}
+            record = {
+                "scanned": scanned,
+                "wall_s": wall,
+                "steady_s": sum(steady),
+                "median_step_s": statistics.median(steady),
+            }
             h = timer.host
             record["host_s"] = {
                 "train_begin_to_step5": h[5] - h[0],
@@ -77,15 +88,15 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "torch": torch.__version__,
         "runs": runs,
-        "throughput_ratio_wall": statistics.median(r["wall_s"] for r in off) / statistics.median(r["wall_s"] for r in on),
-        "throughput_ratio_steady": statistics.median(r["steady_s"] for r in off) / statistics.median(r["steady_s"] for r in on),
+        "throughput_ratio_wall": median_of(off, "wall_s") / median_of(on, "wall_s"),
+        "throughput_ratio_steady": median_of(off, "steady_s") / median_of(on, "steady_s"),
         "pair_ratios_wall": pair_ratios,
         "pair_ratio_wall_median": statistics.median(pair_ratios),
         "pair_ratios_steady": pair_ratios_steady,
         "pair_ratio_steady_median": statistics.median(pair_ratios_steady),
         "scanned_vs_median_unscanned": statistics.median(r["scanned_vs_median"] for r in on),
         "scanned_vs_median_each": [r["scanned_vs_median"] for r in on],
-        "wall_spread_off": (max(r["wall_s"] for r in off) - min(r["wall_s"] for r in off)) / statistics.median(r["wall_s"] for r in off),
+        "wall_spread_off": (max(r["wall_s"] for r in off) - min(r["wall_s"] for r in off)) / median_of(off, "wall_s"),
     }
     (out / "overhead.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))

@@ -31,7 +31,9 @@ def slim(source: Path, folder: Path) -> Path:
                 continue
             data = full.read(info)
             if info.filename.endswith(".dist-info/RECORD"):
-                data = "".join(line for line in data.decode().splitlines(keepends=True) if not drop.search(line)).encode()
+                data = "".join(
+                    line for line in data.decode().splitlines(keepends=True) if not drop.search(line)
+                ).encode()
             out.writestr(info, data)
     return target
 

@@ -92,7 +92,8 @@ for st, bs, err in [
     (
         "oom",
         64,
-        'Traceback (most recent call last):\n  File "train.py", line 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 79.11 GiB',
+        'Traceback (most recent call last):\n  File "train.py", line 1\ntorch.OutOfMemoryError: CUDA out of memory. '
+        'Tried to allocate 3.91 GiB. GPU 0 has a total capacity of 79.11 GiB',
     ),
     ("timeout", 32, ""),
 ]:

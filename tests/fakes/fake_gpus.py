@@ -44,10 +44,16 @@ def gpus() -> list[dict]:
 def clock_fields(gpu: dict) -> dict:
     """Clocks, clock event reasons, temperature and power cap of a fake GPU (overridable per GPU entry)."""
     reasons = gpu.get("reasons", "0x0000000000000000")
-    return {"clocks.sm": gpu.get("sm_clock", 1980), "clocks.max.sm": gpu.get("sm_clock_max", 1980),
-            "clocks.mem": gpu.get("mem_clock", 2619), "clocks_event_reasons.active": reasons,
-            "clocks_throttle_reasons.active": reasons, "temperature.gpu": gpu.get("temperature", 41),
-            "power.limit": f"{gpu.get('power_limit', 700.0):.2f}", "enforced.power.limit": f"{gpu.get('power_limit', 700.0):.2f}"}
+    return {
+        "clocks.sm": gpu.get("sm_clock", 1980),
+        "clocks.max.sm": gpu.get("sm_clock_max", 1980),
+        "clocks.mem": gpu.get("mem_clock", 2619),
+        "clocks_event_reasons.active": reasons,
+        "clocks_throttle_reasons.active": reasons,
+        "temperature.gpu": gpu.get("temperature", 41),
+        "power.limit": f"{gpu.get('power_limit', 700.0):.2f}",
+        "enforced.power.limit": f"{gpu.get('power_limit', 700.0):.2f}",
+    }
 
 
 def unsupported() -> set[str]:
@@ -59,10 +65,16 @@ def apps_text(fields: list[str], gpus: list[dict]) -> str:
     """`--query-compute-apps` lines from FAKE_NVIDIA_SMI_APPS (a JSON list of {pid, gpu (index), used_memory, name})."""
     lines = []
     for app in json.loads(os.environ.get("FAKE_NVIDIA_SMI_APPS", "[]")):
-        values = {"pid": app["pid"], "gpu_uuid": gpus[app.get("gpu", 0)]["uuid"], "used_memory": app.get("used_memory", 100),
-                  "process_name": app.get("name", "python3")}
+        values = {
+            "pid": app["pid"],
+            "gpu_uuid": gpus[app.get("gpu", 0)]["uuid"],
+            "used_memory": app.get("used_memory", 100),
+            "process_name": app.get("name", "python3"),
+        }
         if any(f not in values for f in fields):
-            print(f'Field "{next(f for f in fields if f not in values)}" is not a valid field to query.', file=sys.stderr)
+            print(
+                f'Field "{next(f for f in fields if f not in values)}" is not a valid field to query.', file=sys.stderr
+            )
             sys.exit(2)
         lines.append(", ".join(str(values[f]) for f in fields))
     return "".join(line + "\n" for line in lines)

@@ -1,6 +1,7 @@
 """Test-only fault injection for one rank (on PYTHONPATH only in tests): TUNEBENCH_TEST_FAULT=oom|kill,
 TUNEBENCH_TEST_FAULT_RANK=<rank>. Once that rank is inside a training step, it raises a CUDA-style OOM or
-SIGKILLs itself, like a real failing rank. Also a planted data-loading slowdown (TUNEBENCH_TEST_SLOW_FETCH_MS, below)."""
+SIGKILLs itself, like a real failing rank. Also a planted data-loading slowdown (TUNEBENCH_TEST_SLOW_FETCH_MS,
+below)."""
 
 import os
 import signal

@@ -155,7 +155,8 @@ def test_a_frame_whose_rows_all_failed_has_the_key_columns(tmp_path):
     frame = summaries.with_key_columns(summaries.collect(rows))
     assert frame["steady_nonpad_tokens_per_second"].isna().all() and list(frame["status"]) == ["error"]
     assert "error" in summaries.summary_table(summaries.collect(rows))
-    matrix = tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}],
-                                             device="cpu")
+    matrix = tunebench.Matrix.from_scenarios(
+        [{"name": "s", "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}], device="cpu"
+    )
     dry = tunebench.run(matrix, tunebench.RunSettings(results_output_path=str(tmp_path / "o"), dry_run=True))
     assert set(summaries.KEY_METRICS) <= set(dry.frame.columns)

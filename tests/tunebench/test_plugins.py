@@ -66,15 +66,19 @@ def test_an_installed_plugins_option_is_on_the_command_line(installed):
 def test_a_run_uses_the_installed_tracker_and_launcher(installed, tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario("plugged")])
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "benchmark.py", *options, "--results_output_path", str(out), "--trackers", "wall_clock", "--wall_clock_scale", "2",
-                           "--launcher", "marked_python"], capture_output=True, text=True, cwd=REPO,
-                          env=_env(installed), timeout=600)
+    done = subprocess.run([sys.executable, "benchmark.py", *options, "--results_output_path", str(out),
+                           "--trackers", "wall_clock", "--wall_clock_scale", "2", "--launcher", "marked_python"],
+                          capture_output=True, text=True, cwd=REPO, env=_env(installed), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     row = pd.read_csv(out / "raw_summary.csv").iloc[0]
     assert row["status"] == "ok" and row["demo_tracker_name"] == "wall_clock"
     # The tracker wrapped the whole experiment: its seconds (× 2) are at least the launch-to-end wall time (which
     # the row rounds to the millisecond).
-    assert 2 * (row["experiment_wall_seconds"] - 0.001) <= row["demo_wall_seconds"] < 2 * row["experiment_wall_seconds"] + 5
+    assert (
+        2 * (row["experiment_wall_seconds"] - 0.001)
+        <= row["demo_wall_seconds"]
+        < 2 * row["experiment_wall_seconds"] + 5
+    )
     marks = list(out.glob("*/launched-by-marked-python"))
     assert len(marks) == 1 and "tunebench.experiment.train" in marks[0].read_text()
     # The tracker's columns are declared (its COLUMNS): a metric in the benchmarks view, not a configuration.

@@ -3,8 +3,8 @@ annotations of the options dataclass or the function) and range (the field's met
 choices the command line checks), each problem naming `Class: field` or `function: argument`.
 
 The command line reads its text into these same dataclasses; a problem found here is renamed to its option there
-(tunebench.api.words.in_cli_words), so both report one check. A value of the wrong type is a problem here, never a TypeError or an
-AttributeError from deep inside the pipeline.
+(tunebench.api.words.in_cli_words), so both report one check. A value of the wrong type is a problem here, never a
+TypeError or an AttributeError from deep inside the pipeline.
 """
 
 from __future__ import annotations

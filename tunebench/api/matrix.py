@@ -185,7 +185,9 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
         raise InputError(problems)
     experiments = _experiments(options, inputs, scenario_file, scenarios_source, problems)
     if not experiments and not problems:
-        slow = not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
+        slow = (
+            not options.include_slow and not options.run_only_scenarios and any(s.slow for s in scenario_file.scenarios)
+        )
         problems.append(InputProblem(scenarios_source, "scenarios", "the matrix has no experiment to run",
                                      "pass --include_slow (every scenario is `slow: true`)" if slow else
                                      "add a scenario, or check the matrix options"))
@@ -205,10 +207,17 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
     experiments = expand(selected, inputs.framework_configs, defaults, scenario_file.data_processing, matrices,
                          inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source)
     if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
-        raise InputError([InputProblem("command line", "--repeats" if options.repeats > 1 else "matrix",
-                                       f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
-                                       f"than the {MAX_RUNS:,} runs one command takes",
-                                       "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats")])
+        raise InputError(
+            [
+                InputProblem(
+                    "command line",
+                    "--repeats" if options.repeats > 1 else "matrix",
+                    f"{len(experiments):,} experiment(s) × {options.repeats} repeat(s) are more "
+                    f"than the {MAX_RUNS:,} runs one command takes",
+                    "split the matrix (--run_only_scenarios, fewer matrix values) or fewer --repeats",
+                )
+            ]
+        )
     # a matrix's value wins over every file's: its problems name the option
     matrix_options = {key: option for key, option, values in (
         ("attn_implementation", "--attn_implementation_matrix", options.attn_implementation),

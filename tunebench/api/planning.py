@@ -56,7 +56,8 @@ def device_to_plan(device: Device, plan_device: str | None, runs_here: bool, gpu
     if not plan_target(plan_device, (), gpu_table, option).named:
         return device
     if device == Device.CPU:
-        raise InputError([InputProblem("command line", f"{option} and --device", f"{option} {plan_device!r} names a GPU, "
+        raise InputError([InputProblem("command line", f"{option} and --device", f"{option} {plan_device!r} names a "
+                                                                                 f"GPU, "
                                        "which plans a CUDA run, but --device cpu asks for a CPU run",
                                        "drop --device cpu to plan for that GPU, or give a size (e.g. "
                                        f"{option} 80GiB) as the CPU run's memory budget")])

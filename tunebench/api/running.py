@@ -227,8 +227,9 @@ def _guarded(output_dir: Path):
 
 
 def _run_keeping_csvs(experiments: list, options: RunOptions, dry_run: bool) -> tuple[list[dict[str, Any]], Any]:
-    """(this run's rows, every row on disk): run_matrix, with the CSVs rebuilt from disk however it ends (Ctrl-C, SIGTERM/SIGHUP, an executor error:
-    the interrupted experiments as error rows); a failure to write them never hides the cause."""
+    """(this run's rows, every row on disk): run_matrix, with the CSVs rebuilt from disk however it ends (Ctrl-C,
+    SIGTERM/SIGHUP, an executor error: the interrupted experiments as error rows); a failure to write them never hides
+    the cause."""
     order = [e.folder_name for e in experiments]
     try:
         rows = run_matrix(experiments, options)

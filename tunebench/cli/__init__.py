@@ -37,7 +37,8 @@ def _input_error(exc: InputError) -> int:
 
 
 def _environment_error(exc: OSError) -> int:
-    """A fault of the machine (disk full, permissions, an unreachable hub) rather than of the input: one line, exit 2."""
+    """A fault of the machine (disk full, permissions, an unreachable hub) rather than of the input: one line, exit
+    2."""
     from tunebench.api.diagnosis import environment_line
 
     print(environment_line(exc), file=sys.stderr)

@@ -44,7 +44,8 @@ MATRIX_TYPES = {"--num_gpus_matrix": "int list", "--effective_batch_size_matrix"
 MATRIX_RANGE = COUNT  # what `numbers` accepts
 SUBCOMMAND_HELP = ("subcommands: `plan` (predict memory per experiment, run nothing), `verify` (the scanner "
                    "against torch's MemTracker on this machine), `compare` (regression check against a reference "
-                   "CSV), `report` (HTML report), `tune` (the fastest configuration that fits, by a pruned search); e.g. `benchmark.py compare --help`")
+                   "CSV), `report` (HTML report), `tune` (the fastest configuration that fits, by a pruned search); "
+                   "e.g. `benchmark.py compare --help`")
 
 
 def split(values: list[str]) -> list[str]:
@@ -148,7 +149,8 @@ def _run_options(opt) -> None:
         "× sequence length, in `<out>/fit_map.csv`")
     opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
         "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
-        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README \"Projection\")")
+        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README "
+        "\"Projection\")")
     opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the GPU table that --plan_device "
         "names resolve in (`tunebench/planning/projection/gpus.yaml`: memory, compute capability, rates)")
     opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "

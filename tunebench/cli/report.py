@@ -13,7 +13,9 @@ from tunebench.results.report.page import write_report
 
 logger = logging.getLogger(__name__)
 
-DESCRIPTION = "The self-contained HTML report of a results CSV: the page, its tables and sections, and its command line."
+DESCRIPTION = (
+    "The self-contained HTML report of a results CSV: the page, its tables and sections, and its command line."
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,9 +50,10 @@ def run_settings(options: argparse.Namespace, problems: list[InputProblem]) -> R
     return RunSettings(
         results_output_path=options.results_output_path, overwrite=options.overwrite, dry_run=options.dry_run,
         resume=not options.no_resume, timeout=options.timeout, plan=options.plan, plan_device=options.plan_device,
-        skip_predicted_oom=options.skip_predicted_oom, gpu_table=options.gpu_table, executor=options.executor, launcher=options.launcher,
-        trackers=tuple(options.trackers or ()), plugin_settings=read_plugin_settings(options, problems),
-        cpu_slots=options.cpu_slots, exclusive_timing=options.exclusive_timing, preload=not options.no_preload,
+        skip_predicted_oom=options.skip_predicted_oom, gpu_table=options.gpu_table, executor=options.executor,
+        launcher=options.launcher, trackers=tuple(options.trackers or ()),
+        plugin_settings=read_plugin_settings(options, problems), cpu_slots=options.cpu_slots,
+        exclusive_timing=options.exclusive_timing, preload=not options.no_preload,
         preload_models=options.preload_models, data_processing=not options.no_data_processing)
 
 

@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--gradient_checkpointing", nargs="+", default=["false", "true"], help="checkpointing on/off values")
     opt("--packing", nargs="+", default=None, help="packing values (default false, plus true when the data has "
         "rows shorter than --max_seq_len)")
-    opt("--optimizers", nargs="+", default=["adamw_torch_fused", "adamw_torch"], help="TrainingArguments `optim` values")
+    opt(
+        "--optimizers", nargs="+", default=["adamw_torch_fused", "adamw_torch"], help="TrainingArguments `optim` values"
+    )
     opt("--torch_compile", nargs="+", default=None, help="torch.compile values (default false true on GPU, false "
         "on CPU)")
     opt("--training_data_path", default="synthetic", help="`synthetic` or a local JSON/JSONL/parquet file")

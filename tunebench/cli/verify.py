@@ -33,8 +33,12 @@ MAX_TOKENS = 2**27
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)")
-    p.add_argument("--peft", choices=["none", "lora"], default="none", help="LoRA adapters on the attention projections")
+    p.add_argument(
+        "--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)"
+    )
+    p.add_argument(
+        "--peft", choices=["none", "lora"], default="none", help="LoRA adapters on the attention projections"
+    )
     p.add_argument("--gradient_checkpointing", action="store_true", help="checkpoint every decoder layer")
     p.add_argument("--quantization", choices=sorted(QUANTIZED_BASES), default="none",
                    help="a bitsandbytes-quantized base (with --peft lora), as the framework configs of that name")
@@ -72,9 +76,12 @@ def input_problem(args) -> str | None:
     if args.quantization != "none" and args.peft != "lora":
         return f"--quantization {args.quantization}: a quantized base trains LoRA adapters only (fix: add --peft lora)"
     if args.quantization != "none" and importlib.util.find_spec("bitsandbytes") is None:
-        return f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install 'tunebench[quant]')"
+        return (f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install "
+                f"'tunebench[quant]')")
     if not args.model.startswith("preset:") and not Path(args.model).is_dir():
-        return f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
+        return (
+            f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
+        )
     found = None if args.model.startswith("preset:") else config_problem(args.model)
     if found:
         return f"--model: {found[0]} (fix: {found[1]})"

@@ -80,7 +80,9 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
         return (f"needs {experiment.num_gpus} processes, this machine has {slots} CPU slot(s) (--cpu_slots raises "
                 "the count on purpose)")
     if experiment.num_gpus < fc.min_gpus:
-        return f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
+        return (
+            f"framework config {fc.name!r} needs at least {fc.min_gpus} processes, experiment has {experiment.num_gpus}"
+        )
     if experiment.device_type == "cpu" and fsdp_of(experiment.entry.get("training", {})) is not None:
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:

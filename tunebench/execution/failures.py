@@ -70,11 +70,17 @@ def classify(returncode: int | None, timed_out: bool, stderr_text: str, folder: 
     killed = _killed_rank(stderr_text, {e.get("rank") for e in rank_errors})
     if killed and not any(e.get("status") == Status.OOM for e in rank_errors):
         # The killed rank is the cause; the others' errors (a peer vanished) are its consequence.
-        consequence = f"\n[rank{rank_errors[0].get('rank', 0)}] then: " + rank_errors[0].get("error_messages", "")[-1500:] if rank_errors else ""
+        consequence = (
+            f"\n[rank{rank_errors[0].get('rank', 0)}] then: " + rank_errors[0].get("error_messages", "")[-1500:]
+            if rank_errors
+            else ""
+        )
         return Status.ERROR, killed + consequence
     if rank_errors:
         first = next((e for e in rank_errors if e.get("status") == Status.OOM), rank_errors[0])
-        return Status(first.get("status", Status.ERROR)), f"[rank{first.get('rank', 0)}] " + first.get("error_messages", "")
+        return Status(first.get("status", Status.ERROR)), f"[rank{first.get('rank', 0)}] " + first.get(
+            "error_messages", ""
+        )
     trace = last_traceback(stderr_text)
     if is_oom(trace):
         return Status.OOM, trace

@@ -1,4 +1,5 @@
-"""Experiment processes: run one in its own process group with a timeout, and kill every group when the harness stops."""
+"""Experiment processes: run one in its own process group with a timeout, and kill every group when the harness
+stops."""
 
 from __future__ import annotations
 

@@ -86,7 +86,9 @@ class EntryParser:
         self.types = {**ENTRY_GROUPS, TRAINING: training_class()}
         self.parser = HfArgumentParser(tuple(self.types.values()), exit_on_error=False)
         self.parser.error = self._raise  # argparse calls error() for bad choices/types and missing values
-        self.fields = {group: {f.name for f in dataclasses.fields(kind) if f.init} for group, kind in self.types.items()}
+        self.fields = {
+            group: {f.name for f in dataclasses.fields(kind) if f.init} for group, kind in self.types.items()
+        }
 
     @staticmethod
     def _raise(message: str):

@@ -33,7 +33,8 @@ def config_problem(folder: str | Path) -> tuple[str, str] | None:
     except Unreadable as exc:
         return str(exc), "save the model's config.json there again (a JSON object)"
     # Multimodal and composite configs keep the language model's sizes in text_config.
-    sections = [("", config)] + [(f"{k}.", v) for k, v in config.items() if k.endswith("_config") and isinstance(v, dict)]
+    sections = [("", config)] + [(f"{k}.", v) for k, v in config.items()
+                                 if k.endswith("_config") and isinstance(v, dict)]
     for prefix, section in sections:
         for key in (*LAYER_KEYS, *MAX_SIZES):
             if key not in section or section[key] is None:

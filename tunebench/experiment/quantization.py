@@ -156,7 +156,8 @@ def random_checkpoint(config, dtype, seed: int, init_device: str, build) -> Path
             # into place, this empty folder would be the checkpoint every later experiment loads. The training
             # entry lets the main process write first (train.py); reaching here is a bug, said as one.
             raise RuntimeError(f"the random checkpoint was not written into {staging} (files: "
-                               f"{sorted(p.name for p in staging.iterdir())}); was this a distributed rank other than 0?")
+                               f"{sorted(p.name for p in staging.iterdir())}); was this a distributed rank other than "
+                               f"0?")
         _save_rng_state(staging / RNG_FILE, init_device)
         del model
         _free_device_memory()

@@ -17,7 +17,8 @@ _STEPS = 10**9
 ENTRY_RANGES: dict[str, Range] = {
     "max_seq_len": Range(1, 2**21), "synthetic_num_samples": Range(1, 10**7), "synthetic_min_len": Range(0, 2**21),
     "r": Range(1, 2**16), "lora_alpha": Range(1, 2**20), "lora_dropout": Range(0, 1, high_open=True),
-    "num_virtual_tokens": Range(1, 2**16), "steady_warmup_steps": Range(0, _STEPS), "steady_min_steps": Range(1, _STEPS),
+    "num_virtual_tokens": Range(1, 2**16), "steady_warmup_steps": Range(0, _STEPS),
+    "steady_min_steps": Range(1, _STEPS),
     "steady_max_cv": Range(0, 100, low_open=True), "steady_target_ci_pct": Range(0, 100, low_open=True),
     "llm_int8_threshold": Range(0, 65504),
     "synthetic_markov_states": Range(1, 2**24), "synthetic_markov_branching": Range(1, 2**24),
@@ -27,11 +28,19 @@ ENTRY_RANGES: dict[str, Range] = {
 # The Trainer's (SFTConfig's) numeric arguments that decide what a step is: their fields carry no range of
 # their own, so tunebench states them here. A value outside fails in seconds with the key, not an hour in.
 TRAINER_RANGES: dict[str, Range] = {
-    "max_steps": Range(1, _STEPS, also=(-1,)), "num_train_epochs": Range(0, 10**6, low_open=True),
-    "per_device_train_batch_size": Range(1, 2**20), "gradient_accumulation_steps": Range(1, 2**20),
-    "learning_rate": Range(0, 10**3), "weight_decay": Range(0, 10**3), "max_grad_norm": Range(0), "warmup_steps": Range(0, _STEPS),
-    "warmup_ratio": Range(0, 1), "dataloader_num_workers": Range(0, 1024), "seed": Range(0, 2**32 - 1),
-    "logging_steps": Range(0, _STEPS, low_open=True), "save_steps": Range(0, _STEPS, low_open=True),
+    "max_steps": Range(1, _STEPS, also=(-1,)),
+    "num_train_epochs": Range(0, 10**6, low_open=True),
+    "per_device_train_batch_size": Range(1, 2**20),
+    "gradient_accumulation_steps": Range(1, 2**20),
+    "learning_rate": Range(0, 10**3),
+    "weight_decay": Range(0, 10**3),
+    "max_grad_norm": Range(0),
+    "warmup_steps": Range(0, _STEPS),
+    "warmup_ratio": Range(0, 1),
+    "dataloader_num_workers": Range(0, 1024),
+    "seed": Range(0, 2**32 - 1),
+    "logging_steps": Range(0, _STEPS, low_open=True),
+    "save_steps": Range(0, _STEPS, low_open=True),
 }
 # Synthetic rows are built in the harness's memory before anything launches (~40 bytes a token as Python lists).
 MAX_SYNTHETIC_TOKENS = 2**27

@@ -89,7 +89,8 @@ def quantized_skip_reason(fsdp: Fsdp | None, quantization, weights_dtype: str) -
         return ("FSDP cannot shard an 8-bit (LLM.int8) base: its int8 weights keep per-row scales outside the "
                 "tensor (run lora-int8 without FSDP, or a 4-bit base: load_in_4bit)")
     if fsdp.version == 1 and quantization.storage != weights_dtype:
-        return (f"FSDP1 flattens a layer's parameters into one tensor of one dtype, which {quantization.storage}-stored "
+        return (f"FSDP1 flattens a layer's parameters into one tensor of one dtype, which "
+                f"{quantization.storage}-stored "
                 f"4-bit weights beside {weights_dtype} ones cannot join: set bnb_4bit_quant_storage to "
                 f"{weights_dtype} (or auto)")
     return None

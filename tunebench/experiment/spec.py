@@ -1,4 +1,5 @@
-"""ExperimentSpec: one experiment, resolved and typed once by the harness; its folder's spec.json is what the child reads.
+"""ExperimentSpec: one experiment, resolved and typed once by the harness; its folder's spec.json is what the child
+reads.
 
 Built by the matrix (defaults < data_processing < scenario < framework config < CLI), validated there once
 (tunebench.experiment.entry_parser), then consumed as it is by planning, preparation, the launchers and the
@@ -138,10 +139,16 @@ class ExperimentSpec:
     def write(self, folder: Path, argv: list[str]) -> Path:
         """spec.json in the experiment folder: identity, arguments, framework config and the child's values."""
         payload = {
-            "spec_version": SPEC_VERSION, **self.describe(),
+            "spec_version": SPEC_VERSION,
+            **self.describe(),
             "framework_config_detail": dataclasses.asdict(self.framework_config),
-            "slow": self.slow, "exclusive": self.exclusive, "timeout": self.timeout, "accelerate_config": self.accelerate_config,
-            "arguments": self.arguments, "entry": self.entry_for(folder), "argv": argv,
+            "slow": self.slow,
+            "exclusive": self.exclusive,
+            "timeout": self.timeout,
+            "accelerate_config": self.accelerate_config,
+            "arguments": self.arguments,
+            "entry": self.entry_for(folder),
+            "argv": argv,
         }
         path = folder / SPEC_FILE
         write_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str))
@@ -156,7 +163,8 @@ def read_entry(path: str | Path) -> dict[str, dict[str, Any]]:
         data = load_json(path)
     except (OSError, ValueError) as exc:  # readback.Unreadable is a ValueError naming the file and the reason
         raise ValueError(f"{path}: not a readable spec.json ({getattr(exc, 'reason', exc)})") from None
-    if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION or not isinstance(data.get("entry"), dict) \
+    if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION \
+            or not isinstance(data.get("entry"), dict) \
             or not all(isinstance(group, dict) for group in data["entry"].values()):
         raise ValueError(f"{path}: not a spec.json of this tunebench (spec_version {SPEC_VERSION})")
     return data["entry"]

@@ -91,7 +91,12 @@ def hf_memory_columns(metrics: dict[str, Any]) -> dict[str, int | None]:
     allocated at end of training = before_init + init_alloc_delta + train_alloc_delta
     peak during training         = that + train_peaked_delta   (HF's "peaked" is the peak above the end value)
     """
-    keys = ("before_init_mem_gpu", "init_mem_gpu_alloc_delta", "train_mem_gpu_alloc_delta", "train_mem_gpu_peaked_delta")
+    keys = (
+        "before_init_mem_gpu",
+        "init_mem_gpu_alloc_delta",
+        "train_mem_gpu_alloc_delta",
+        "train_mem_gpu_peaked_delta",
+    )
     if not all(k in metrics for k in keys):
         return {"mem_torch_mem_alloc_in_bytes": None, "mem_peak_torch_mem_alloc_in_bytes": None}
     allocated = metrics[keys[0]] + metrics[keys[1]] + metrics[keys[2]]

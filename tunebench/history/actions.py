@@ -103,8 +103,16 @@ def export(parquet: str, path: Path, con) -> int:
     folder = Path(parquet)
     own = {"runs.parquet", "experiments.parquet", "steps.parquet"}
     if folder.exists() and (not folder.is_dir() or {p.name for p in folder.iterdir()} - own):
-        raise InputError([InputProblem("command line", "--parquet", f"{folder} holds other files",
-                                       "give a new or empty folder (tunebench never overwrites what it did not write)")])
+        raise InputError(
+            [
+                InputProblem(
+                    "command line",
+                    "--parquet",
+                    f"{folder} holds other files",
+                    "give a new or empty folder (tunebench never overwrites what it did not write)",
+                )
+            ]
+        )
     written = store.export_parquet(con, folder)
     con.close()
     print("wrote " + ", ".join(map(str, written)))

@@ -44,7 +44,8 @@ class Finding:
     runs: list[int]  # run numbers (1-based, the store's start order) of this series
     values: list[float]
     regimes: list[tuple[int, int]]  # index ranges into runs
-    verdict: str = "stable"  # regression, improvement, unstable, not_significant, below_min_effect, stable, too_few_runs
+    # regression, improvement, unstable, not_significant, below_min_effect, stable, too_few_runs
+    verdict: str = "stable"
     judged: dict = field(default_factory=dict)
     what_changed: str = ""
     outliers: list[str] = field(default_factory=list)
@@ -198,7 +199,9 @@ def describe(finding: Finding) -> list[str]:
                      f"from {_span(finding.runs, before)} to {_span(finding.runs, after)}")
         lines.append(f"  what changed: {finding.what_changed}")
     else:
-        lines.append(f"  the newest run (run {finding.runs[-1]}) is in the regime of {_span(finding.runs, finding.regimes[-1])}")
+        lines.append(
+            f"  the newest run (run {finding.runs[-1]}) is in the regime of {_span(finding.runs, finding.regimes[-1])}"
+        )
     if finding.outliers:
         lines.append(f"  one-off runs in that regime: {', '.join(finding.outliers)}")
     return lines

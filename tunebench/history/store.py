@@ -149,7 +149,8 @@ def failures_named(path: Path) -> Iterator[None]:
     except Exception as exc:
         if not _is_duckdb_error(exc):
             raise
-        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store, or a damaged one: {_first_line(exc)}",
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store, or a damaged one: "
+                                                             f"{_first_line(exc)}",
                                        "give a store written by `benchmark.py history add` (a truncated or damaged "
                                        "one cannot be repaired: restore a copy), or a new path")]) from None
 
@@ -200,7 +201,8 @@ def ensure_schema(con, fresh: bool = True) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.execute(f"CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR PRIMARY KEY, {run_columns})")
     con.execute("CREATE TABLE IF NOT EXISTS experiments (run_id VARCHAR NOT NULL, experiment_id VARCHAR NOT NULL, "
-                "repeat INTEGER NOT NULL, started_unix DOUBLE NOT NULL, PRIMARY KEY (experiment_id, repeat, started_unix))")
+                "repeat INTEGER NOT NULL, started_unix DOUBLE NOT NULL, PRIMARY KEY (experiment_id, repeat, "
+                "started_unix))")
     con.execute(f"CREATE TABLE IF NOT EXISTS steps (run_id VARCHAR NOT NULL, experiment_id VARCHAR NOT NULL, "
                 f"repeat INTEGER NOT NULL, started_unix DOUBLE NOT NULL, {steps})")
     found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

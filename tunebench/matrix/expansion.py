@@ -48,7 +48,7 @@ def split_batch(
     if effective_batch_size % denominator or effective_batch_size < denominator:
         return (
             f"effective_batch_size {effective_batch_size} cannot be split over {num_processes} GPU(s) with "
-            f"{'per_device_train_batch_size ' + str(pdbs) if pdbs is not None else 'gradient_accumulation_steps ' + str(ga)}: "
+            f"{f'per_device_train_batch_size {pdbs}' if pdbs is not None else f'gradient_accumulation_steps {ga}'}: "
             f"{effective_batch_size} is not a positive multiple of {denominator} (so {derived} would not be an integer)"
         )
     quotient = effective_batch_size // denominator
@@ -113,7 +113,8 @@ def expand(
             counts = [n for n in matrices.num_gpus if scenario.num_gpus is None or n in scenario.num_gpus]
             for combo in itertools.product(
                     models, counts, matrices.effective_batch_size or [None], matrices.max_seq_len or [None],
-                    matrices.packing if matrices.packing is not None else [None], matrices.attn_implementation or [None]):
+                    matrices.packing if matrices.packing is not None else [None],
+                    matrices.attn_implementation or [None]):
                 experiment = layers.experiment(*combo, problems)
                 if experiment is not None:
                     experiments.append(experiment)

@@ -160,7 +160,8 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
                                          "allowed: description, arguments, min_gpus, accelerate_args"))
         min_gpus = body.get("min_gpus", 1)
         if not isinstance(min_gpus, int) or min_gpus < 1:
-            problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got {shown(min_gpus)}",
+            problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got "
+                                                                    f"{shown(min_gpus)}",
                                          "e.g. `min_gpus: 2`"))
             min_gpus = 1
         configs[name] = FrameworkConfig(
@@ -168,6 +169,8 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
             arguments=dict(_expect_mapping(body.get("arguments"), source, f"{key}.arguments", problems)),
             description=str(body.get("description", "")),
             min_gpus=min_gpus,
-            accelerate_args=dict(_expect_mapping(body.get("accelerate_args"), source, f"{key}.accelerate_args", problems)),
+            accelerate_args=dict(
+                _expect_mapping(body.get("accelerate_args"), source, f"{key}.accelerate_args", problems)
+            ),
         )
     return configs

@@ -60,7 +60,8 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
         if key not in known:
             source, where = sources.origin(experiment, key)
             close = suggestion(key, known)
-            fix = f"did you mean {close!r}?" if close else "remove it, or check the spelling against TrainingArguments/SFTConfig"
+            fix = f"did you mean {close!r}?" if close else ("remove it, or check the spelling against "
+                                                            "TrainingArguments/SFTConfig")
             problems.append(InputProblem(source, where, "unknown argument", fix))
     if "max_length" in experiment.arguments:
         source, where = sources.origin(experiment, "max_length")

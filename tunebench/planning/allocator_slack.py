@@ -7,8 +7,9 @@ large request that the fragmented cache could not place; with expandable segment
 prediction to 0.01 GiB, throughput unchanged, and the allocator gave back what it had cached when it needed it).
 What it cannot give back (segment tails, the small-block pool, pages partly in use) is the slack: reserved − the
 predicted peak's calibrated bound (planning.residuals) at the last micro-batch of a sweep that ran when the next
-one ran out, where the allocator held only what the step needed; `fits` adds it to the same bound. Each sweep in allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's
-rows) gives its last point; the slack is the largest of those measured with the same allocator setting.
+one ran out, where the allocator held only what the step needed; `fits` adds it to the same bound. Each sweep in
+allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's rows) gives its last point; the
+slack is the largest of those measured with the same allocator setting.
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ def sweep_edges(rows) -> list[dict]:
         if predicted is not None and pd.notna(predicted):  # over the bound `fits` adds the slack to (residuals)
             allocated = upper(int(predicted), "peak", keys[0], keys[-1])
         slack = int(last["mem_peak_torch_max_reserved_bytes"]) - allocated
-        edges.append({**dict(zip(SWEEP_KEYS, keys, strict=True)), "micro_batch": int(last["per_device_train_batch_size"]),
-                      "slack": max(0, slack)})
+        edges.append(
+            {
+                **dict(zip(SWEEP_KEYS, keys, strict=True)),
+                "micro_batch": int(last["per_device_train_batch_size"]),
+                "slack": max(0, slack),
+            }
+        )
     return edges
 
 

@@ -24,9 +24,10 @@ HOPPER = 90  # the compute capability assumed when a target's is unknown: the GP
 def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:
     """The fused kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs, in torch's
     order for that GPU. On H100 (torch 2.11) every rule here was checked against torch's own selector over 864
-    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/tunebench/planning/test_attention_kernels.py): cuDNN for half-precision
-    heads up to 256 with or without masks, MLA's 192/128 query/value heads included; the memory-efficient kernel
-    otherwise, but never for grouped-query heads (`enable_gqa` with fewer key heads), which go to `math`."""
+    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/tunebench/planning/test_attention_kernels.py): cuDNN for
+    half-precision heads up to 256 with or without masks, MLA's 192/128 query/value heads included; the
+    memory-efficient kernel otherwise, but never for grouped-query heads (`enable_gqa` with fewer key heads), which go
+    to `math`."""
     import torch
 
     half = query.dtype in (torch.float16, torch.bfloat16)
@@ -127,7 +128,8 @@ def _as_bias(attn_mask, dtype, kernel: str):
     dimension to a multiple of 16."""
     import torch
 
-    if attn_mask is None or (attn_mask.dtype != torch.bool and (kernel != "efficient" or attn_mask.shape[-1] % 16 == 0)):
+    if attn_mask is None or (attn_mask.dtype != torch.bool
+                             and (kernel != "efficient" or attn_mask.shape[-1] % 16 == 0)):
         return attn_mask
     shape = list(attn_mask.shape)
     if kernel == "efficient":

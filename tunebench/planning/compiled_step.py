@@ -13,7 +13,8 @@ buffers, and the kernels are not run (they only write into buffers already alloc
 A CUDA target's kernels are Triton's, which a CPU-only torch cannot generate: its nodes are scheduled with the Triton
 backend's rules instead (`PlanScheduling`: its fusion decisions, a kernel's local buffers never allocated, every
 kernel's dead buffers freed after it), on CPU-device nodes. A CPU target runs inductor's own C++ scheduling and
-codegen, the plan the CPU run executes (tests/tunebench/planning/test_accelerations.py checks it against a real compiled CPU step).
+codegen, the plan the CPU run executes (tests/tunebench/planning/test_accelerations.py checks it against a real
+compiled CPU step).
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def replay_module(wrapper_code: str):
     exec(compile(text, "<inductor memory plan>", "exec"), namespace)  # noqa: S102 - inductor's own generated code
     for name in ("empty_strided_cpu", "empty_strided_cuda", "empty_strided_cpu_pinned"):
         namespace[name] = _empty_strided
-    namespace["reinterpret_tensor"] = lambda tensor, size, stride, offset: torch.as_strided(tensor, size, stride, offset)
+    namespace["reinterpret_tensor"] = lambda tensor, size, stride, offset: torch.as_strided(
+        tensor, size, stride, offset
+    )
     namespace["assert_size_stride"] = namespace["assert_alignment"] = _no_op
     if "extern_kernels" in namespace:
         namespace["extern_kernels"] = _MeasuredExternKernels(namespace["extern_kernels"])

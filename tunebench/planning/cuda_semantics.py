@@ -31,7 +31,8 @@ FP32_CAST = frozenset({
     "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
     "softplus",
     # Composite ops (ATen's or Python's) that CUDA's autocast reaches through their decomposition, found by
-    # asking CUDA (scripts/gpu/autocast_probe.py -> autocast_cuda.csv, replayed by tests/tunebench/planning/test_cuda_semantics.py).
+    # asking CUDA (scripts/gpu/autocast_probe.py -> autocast_cuda.csv, replayed by
+    # tests/tunebench/planning/test_cuda_semantics.py).
     # `square` is `pow(x, 2)` in ATen: a squared-ReLU MLP keeps a float32 copy of its activation.
     "square", "ldexp", "mvlgamma", "norm_except_dim", "pairwise_distance", "trapezoid", "trapz",
     "multilabel_soft_margin_loss", "gumbel_softmax", "linalg_vector_norm", "linalg_matrix_norm", "linalg_norm",

@@ -45,9 +45,16 @@ def meta_model(shape):
 
         if shape.checkpointing:
             model.enable_input_require_grads()  # what PEFT + Trainer do for checkpointed frozen weights
-        peft_config = (LoraConfig(r=shape.lora_r, lora_alpha=shape.lora_alpha, target_modules=peft_targets(shape.lora_targets),
-                                  task_type=TaskType.CAUSAL_LM) if shape.peft == "lora"
-                       else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM))
+        peft_config = (
+            LoraConfig(
+                r=shape.lora_r,
+                lora_alpha=shape.lora_alpha,
+                target_modules=peft_targets(shape.lora_targets),
+                task_type=TaskType.CAUSAL_LM,
+            )
+            if shape.peft == "lora"
+            else PromptTuningConfig(num_virtual_tokens=shape.virtual_tokens, task_type=TaskType.CAUSAL_LM)
+        )
         with torch.device("meta"):
             model = get_peft_model(model, peft_config)
         if quantized:

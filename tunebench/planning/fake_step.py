@@ -101,7 +101,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["kept"] = min(kept, out["temporaries"])
     out["temporaries"] -= out["kept"]
     out["activations_max"] = step.meter.max  # the CPU scanner's `activations`: the step's maximum
-    out["grads_full"] = sum(rounded(local(p).untyped_storage().nbytes(), block) for p in trainable)  # CPU scanner's grads
+    # CPU scanner's grads
+    out["grads_full"] = sum(rounded(local(p).untyped_storage().nbytes(), block) for p in trainable)
     # A quantized weight's state (block scales, code books) exists before the tracker: no tracked tensor holds
     # it. The scanner counts it in params, and so does the prediction, with the part shown on its own.
     out["quant_state"] = quant_state_bytes(model, block) if shape.quantization is not None else 0

@@ -67,8 +67,8 @@ def plan_target(spec: str | None, detected: list | tuple = (), gpu_table: str | 
         gpu = table.lookup(spec)
         if gpu is None:
             raise InputError([InputProblem("command line", option, f"{spec!r} is not a size (e.g. 80GiB) nor a GPU "
-                                           "of the GPU table", f"a size such as 80GiB, one of {', '.join(table.names())}"
-                                           ", or add the GPU with --gpu_table FILE")])
+                                           "of the GPU table", f"a size such as 80GiB, one of "
+                                           f"{', '.join(table.names())}, or add the GPU with --gpu_table FILE")])
         capacity = gpu.capacity_bytes()
         if capacity is None:
             raise InputError([InputProblem("command line", option, f"the GPU table gives no memory for {gpu.name}",

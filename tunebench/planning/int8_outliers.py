@@ -173,8 +173,13 @@ def _measure(request: dict, batch: dict) -> dict[str, int]:
         torch.save(batch, Path(folder) / "batch.pt")
         (Path(folder) / "request.json").write_text(json.dumps(request))
         try:
-            done = subprocess.run([sys.executable, "-m", __name__, folder, str(os.getpid())], capture_output=True, text=True,
-                                  timeout=CHILD_TIMEOUT, check=False)
+            done = subprocess.run(
+                [sys.executable, "-m", __name__, folder, str(os.getpid())],
+                capture_output=True,
+                text=True,
+                timeout=CHILD_TIMEOUT,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise NotCalibrated(f"the forward that counts them took over {CHILD_TIMEOUT} s") from exc
         answer = Path(folder) / "counts.json"

@@ -67,7 +67,8 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
     quantization = quantization_of(model, sharded=fsdp)
     shape = StepShape(
         model=model.model_name_or_path, dtype=dtype, micro_batch=spec.value("training", "per_device_train_batch_size"),
-        seq_len=data.max_seq_len, padded=padded, packed=packed, grad_accum=spec.value("training", "gradient_accumulation_steps"),
+        seq_len=data.max_seq_len, padded=padded, packed=packed,
+        grad_accum=spec.value("training", "gradient_accumulation_steps"),
         peft=peft.peft_method, lora_r=peft.r, lora_alpha=peft.lora_alpha, lora_targets=tuple(peft.target_modules),
         virtual_tokens=peft.num_virtual_tokens,
         checkpointing=checkpointing_on(training),

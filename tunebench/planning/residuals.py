@@ -4,10 +4,10 @@ Every GPU evidence run that planned and measured the same experiments adds its r
 predicted and the measured bytes (scripts/gpu/residual_rows.py). A category's bound ratio is the largest
 under-prediction measured (measured / predicted − 1, never below 0), over the rows of the GPU kind and allocator
 setting the plan targets when there are any, else of the GPU kind, else of every GPU. (The allocator setting
-matters: without expandable segments the measured peak holds block tails no prediction has.) `pred_mem_<category>_upper` = the prediction × (1 + that ratio),
-and `fits` judges the peak's bound (allocator_slack measures its slack over the same bound). A prediction with
-no residual behind it yet is its own bound: the data says nothing else, and a bound that grows only with
-evidence is the point.
+matters: without expandable segments the measured peak holds block tails no prediction has.)
+`pred_mem_<category>_upper` = the prediction × (1 + that ratio), and `fits` judges the peak's bound (allocator_slack
+measures its slack over the same bound). A prediction with no residual behind it yet is its own bound: the data says
+nothing else, and a bound that grows only with evidence is the point.
 """
 
 from __future__ import annotations

@@ -127,12 +127,12 @@ def _shard_flat(model, plugin, mixed_precision: str):
 
     plugin.set_auto_wrap_policy(model)
     model = FullyShardedDataParallel(
-        model, sharding_strategy=plugin.sharding_strategy or plugin.reshard_after_forward, cpu_offload=plugin.cpu_offload,
-        auto_wrap_policy=plugin.auto_wrap_policy, mixed_precision=plugin.mixed_precision_policy,
-        sync_module_states=plugin.sync_module_states, backward_prefetch=plugin.backward_prefetch,
-        forward_prefetch=plugin.forward_prefetch, use_orig_params=plugin.use_orig_params,
-        ignored_modules=plugin.ignored_modules, limit_all_gathers=plugin.limit_all_gathers,
-        device_id=torch.device("cpu"))
+        model, sharding_strategy=plugin.sharding_strategy or plugin.reshard_after_forward,
+        cpu_offload=plugin.cpu_offload, auto_wrap_policy=plugin.auto_wrap_policy,
+        mixed_precision=plugin.mixed_precision_policy, sync_module_states=plugin.sync_module_states,
+        backward_prefetch=plugin.backward_prefetch, forward_prefetch=plugin.forward_prefetch,
+        use_orig_params=plugin.use_orig_params, ignored_modules=plugin.ignored_modules,
+        limit_all_gathers=plugin.limit_all_gathers, device_id=torch.device("cpu"))
     if plugin.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl,
@@ -141,7 +141,8 @@ def _shard_flat(model, plugin, mixed_precision: str):
         )
 
         apply_activation_checkpointing(model, auto_wrap_policy=plugin.auto_wrap_policy, checkpoint_wrapper_fn=
-                                       functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+                                       functools.partial(checkpoint_wrapper,
+                                                         checkpoint_impl=CheckpointImpl.NO_REENTRANT))
     if mixed_precision != "no":
         for unit in FullyShardedDataParallel.fsdp_modules(model):
             flat = getattr(unit, "_flat_param", None) if unit._has_params else None

@@ -6,8 +6,8 @@ results folder, deletes only what it made, and never adopts a folder that holds 
 * A folder is tunebench's when it holds the ownership marker (written only into folders tunebench creates or
   finds empty) or when every entry in it is something tunebench writes (results from before the marker).
 * An experiment folder is recognised by its own files: a `spec.json` (`config.json` before it) or
-  `results.json` object whose `experiment_id` ends the folder's name. Nothing else is ever removed, and removing one takes only the files
-  the harness writes there (a user's note left in it survives, and so does the folder holding it).
+  `results.json` object whose `experiment_id` ends the folder's name. Nothing else is ever removed, and removing one
+  takes only the files the harness writes there (a user's note left in it survives, and so does the folder holding it).
 """
 
 from __future__ import annotations

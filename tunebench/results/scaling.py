@@ -56,7 +56,8 @@ def _checkpointed(arguments: dict) -> bool:
 def work_of(spec: dict) -> Work | None:
     """The per-device work of an experiment from its spec.json (None when the spec lacks what it needs)."""
     arguments, num_gpus = spec.get("arguments"), spec.get("num_gpus")
-    if not isinstance(arguments, dict) or not isinstance(num_gpus, int) or not isinstance(spec.get("experiment_id"), str):
+    if not (isinstance(arguments, dict) and isinstance(num_gpus, int)
+            and isinstance(spec.get("experiment_id"), str)):
         return None
     kept = {k: repr(v) for k, v in arguments.items() if k not in SHARING_KEYS}
     kept["activation_checkpointing"] = repr(_checkpointed(arguments))

@@ -244,7 +244,8 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     # A move of half a core per core, or from a host with cores to spare (below 0.8) to one loaded beyond them.
     if l0 is not None and l1 is not None and (abs(l1 - l0) > LOAD_MOVE or (min(l0, l1) < 0.8 < 1.0 < max(l0, l1))):
         found.append(f"host load {l0:.2f} → {l1:.2f} per core")
-    if before.get("cpu_governor") != after.get("cpu_governor") and before.get("cpu_governor") and after.get("cpu_governor"):
+    governors = before.get("cpu_governor"), after.get("cpu_governor")
+    if governors[0] != governors[1] and all(governors):
         found.append(f"CPU governor {before['cpu_governor']} → {after['cpu_governor']}")
     # Another machine of the same kind: a new physical GPU, or a host with another CPU (host-bound steps follow it)
     for column, label in (("gpu_uuids", "GPU"), ("host_cpu_model", "host CPU")):

@@ -1,4 +1,5 @@
-"""What else shared an experiment's GPUs and host while it ran: sampled by the harness every second into environment.json.
+"""What else shared an experiment's GPUs and host while it ran: sampled by the harness every second into
+environment.json.
 
 Each sample holds, for the experiment's GPUs, the processes on them (`nvidia-smi --query-compute-apps`: the
 experiment's own processes are the harness's descendants), SM and memory clocks, the active clock event

@@ -58,6 +58,11 @@ def steady_energy_columns(sidecar, folder: Path) -> dict[str, float | None]:
     start, end, nonpad = window
     joules = sidecar.summary(nonpad_tokens=nonpad, energy_window=(start, end)).get("energy_joules")
     if joules is None:
-        logger.info("%s: too few power samples in the steady window (%.2f s) for an energy figure", folder.name, end - start)
+        logger.info(
+            "%s: too few power samples in the steady window (%.2f s) for an energy figure", folder.name, end - start
+        )
         return empty
-    return {"steady_energy_joules": joules, "steady_energy_joules_per_nonpad_token": joules / nonpad if nonpad else None}
+    return {
+        "steady_energy_joules": joules,
+        "steady_energy_joules_per_nonpad_token": joules / nonpad if nonpad else None,
+    }

@@ -56,7 +56,8 @@ class TuneOptions:
     log_level: str = "INFO"
     grid: bool = False
     project_to: str | None = None  # rank for this GPU kind, from the runs here projected onto it
-    gpu_table: str | None = None  # a user GPU table for --project_to and plan_device (planning/projection/gpus.yaml's form)
+    # a user GPU table for --project_to and plan_device (planning/projection/gpus.yaml's form)
+    gpu_table: str | None = None
 
     @property
     def objective_column(self) -> str:

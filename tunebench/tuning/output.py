@@ -23,7 +23,8 @@ TABLE = "tune.csv"
 WINNER = "tune-scenarios.yaml"
 GIB = 1024**3
 # Ranked first: points with a confirming run, then screened ones, then the rest in this order.
-_STATE_ORDER = {"confirmed": 0, "noisy": 0, "measured": 0, "screened": 1, "oom": 2, "failed": 3, "not run": 4, "pruned": 5}
+_STATE_ORDER = {"confirmed": 0, "noisy": 0, "measured": 0, "screened": 1, "oom": 2, "failed": 3, "not run": 4,
+                "pruned": 5}
 
 
 def _gib(value) -> float | None:

@@ -252,7 +252,9 @@ class Search:
                               if low > high else f"ahead of {second.point.label} by {gap:.1%}, within the 95 % "
                               "intervals: the two are equivalent at this precision")
             if winner.noise:  # a busy host: neither the measurement nor any comparison with it holds
-                confidence = f"unconfirmed: its confirming run was noisy ({winner.noise}); run tune again on a quiet machine"
+                confidence = (
+                    f"unconfirmed: its confirming run was noisy ({winner.noise}); run tune again on a quiet machine"
+                )
         elif screened:
             winner = screened[0]
             confidence = "unconfirmed (screening run only)" + (f"; the run was noisy ({winner.noise})"

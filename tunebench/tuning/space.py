@@ -135,7 +135,9 @@ def build_space(options: TuneOptions, cpu: bool) -> list[Point]:
     if problem:
         raise InputError([problem])
     per_device = options.effective_batch // options.num_gpus
-    adapters = [(peft, rank) for peft in choices["peft"] for rank in (options.lora_ranks if peft == "lora" else (None,))]
+    adapters = [
+        (peft, rank) for peft in choices["peft"] for rank in (options.lora_ranks if peft == "lora" else (None,))
+    ]
     points = [Point(peft, rank, gc, mb, per_device // mb, packing, optim, compiled, liger, framework)
               for (peft, rank), gc, mb, packing, optim, compiled, liger, framework in itertools.product(
                   adapters, choices["checkpointing"], choices["micro_batch"], choices["packing"], choices["optim"],

@@ -119,8 +119,11 @@ def compare(scan: dict, peak: dict[str, int], cuda: bool, split: dict[str, int] 
     by_holder = {}
     if split is not None:
         named = sum(peak.get(r, 0) for r in ("Parameter", "Buffer", "Optstate"))
-        by_holder = {"scan_mem_activations": split["activations"], "scan_mem_grads": split["grads"],
-                     "scan_mem_temporaries": max(0, peak.get("Total", 0) - named - split["activations"] - split["grads"])}
+        by_holder = {
+            "scan_mem_activations": split["activations"],
+            "scan_mem_grads": split["grads"],
+            "scan_mem_temporaries": max(0, peak.get("Total", 0) - named - split["activations"] - split["grads"]),
+        }
     rows = []
     for column, refs in CATEGORY_MAP.items():
         measured = scan.get(column)

@@ -37,7 +37,8 @@ def report(result: dict, tolerance: float) -> tuple[str, bool]:
     lines.append(f"scan cost: the memory-scanned step took {_percent(result['memory_step_overhead'])} against the "
                  "median unscanned step (only that one step pays it)")
     if result.get("reported_step_vs_median") is not None:
-        lines.append(f"reported step time: the scanner's (phase-timed) step is {_percent(result['reported_step_vs_median'])} "
+        lines.append(f"reported step time: the scanner's (phase-timed) step is "
+                     f"{_percent(result['reported_step_vs_median'])} "
                      "from the median step")
     bad = [r for r in rows if r["difference"] is None or abs(r["difference"]) > tolerance]
     if bad:

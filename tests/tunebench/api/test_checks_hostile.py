@@ -133,7 +133,9 @@ def test_run_arguments_of_the_wrong_type(matrix, tmp_path, argument, value):
 
 def _settings_cases():
     run_fields = [("RunSettings", f.name) for f in dataclasses.fields(RunSettings)]
-    plugin_fields = [(cls.__name__, f.name) for cls in (LocalSettings, SidecarSettings) for f in dataclasses.fields(cls)]
+    plugin_fields = [
+        (cls.__name__, f.name) for cls in (LocalSettings, SidecarSettings) for f in dataclasses.fields(cls)
+    ]
     return st.sampled_from(run_fields + plugin_fields)
 
 
@@ -239,7 +241,8 @@ def test_the_issues_own_examples_name_the_option(matrix, tmp_path):
         (lambda: tunebench.run(matrix, RunSettings(timeout="soon", results_output_path=str(tmp_path / "a"))),
          "RunSettings", "timeout"),
         (lambda: tunebench.run(matrix, RunSettings(executor="rayy", dry_run=True,
-                                                   results_output_path=str(tmp_path / "a"))), "RunSettings", "executor"),
+                                                   results_output_path=str(tmp_path / "a"))),
+         "RunSettings", "executor"),
     ]
     for call, source, key in cases:
         with pytest.raises(tunebench.InputError) as raised:
@@ -254,7 +257,9 @@ def test_an_executor_whose_extra_is_missing_is_named_in_the_apis_words(matrix, t
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
     monkeypatch.delitem(__import__("sys").modules, "ray", raising=False)  # imported by an earlier test
     with pytest.raises(tunebench.InputError) as raised:
         tunebench.run(matrix, RunSettings(executor="ray", results_output_path=str(tmp_path / "o")))

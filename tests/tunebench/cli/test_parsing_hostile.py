@@ -323,8 +323,14 @@ def file_texts(real: dict | list):
         lambda change: json.dumps({k: v for k, v in real.items() if not (change[2] and k == change[0])}
                                   | ({} if change[2] else {change[0]: change[1]})))
     deep = st.integers(33, 200_000).map(lambda n: "[" * n + "]" * n)
-    return st.one_of(mutated, mutated, json_values.map(json.dumps), st.binary(max_size=40).map(
-        lambda b: b.decode("latin-1")), deep, st.sampled_from(["", "{", "null", "NaN", '{"a": Infinity}', "\x00", "[]"]))
+    return st.one_of(
+        mutated,
+        mutated,
+        json_values.map(json.dumps),
+        st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+        deep,
+        st.sampled_from(["", "{", "null", "NaN", '{"a": Infinity}', "\x00", "[]"]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -348,8 +354,12 @@ def finished(tmp_path_factory):
     (folder / "stdout.log").write_text("")
     summaries.write_summaries(out, None)
     assert compare_cli.main(["--write_reference", str(root / "ref.csv"), "--results", str(out)]) == 0
-    return root, out, folder.name, {"spec.json": spec, "results.json": json.loads((folder / "results.json").read_text()),
-                                    "steps.json": steps}
+    return (
+        root,
+        out,
+        folder.name,
+        {"spec.json": spec, "results.json": json.loads((folder / "results.json").read_text()), "steps.json": steps},
+    )
 
 
 def _copy(finished, tmp_path) -> Path:

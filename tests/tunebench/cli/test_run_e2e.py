@@ -16,7 +16,10 @@ pytestmark = pytest.mark.slow
 
 
 def benchmark(args: list[str], env_extra: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TUNEBENCH_CACHE": env_extra.pop("cache") if env_extra else os.environ.get("TUNEBENCH_CACHE", "")}
+    env = {
+        **os.environ,
+        "TUNEBENCH_CACHE": env_extra.pop("cache") if env_extra else os.environ.get("TUNEBENCH_CACHE", ""),
+    }
     env.update(env_extra or {})
     return subprocess.run([sys.executable, str(REPO / "benchmark.py"), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
@@ -250,7 +253,8 @@ def test_steady_state_auto_stops_as_soon_as_its_rule_holds(tmp_path):
 
 
 def test_host_rss_peak_is_the_training_process_own_not_its_launchers():
-    # A launcher holding 1 GiB starts a child that holds a few hundred MB (the interpreter, torch): the row's figure must be the child's.
+    # A launcher holding 1 GiB starts a child that holds a few hundred MB (the interpreter, torch): the row's figure
+    # must be the child's.
     child = ("import resource, sys; sys.path.insert(0, sys.argv[1]);"
              "from tunebench.experiment.train import own_peak_rss;"
              "print(own_peak_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")

@@ -20,17 +20,22 @@ def run_cli(tmp_path, capsys, *extra, **inputs):
 
 @pytest.mark.parametrize("inputs,extra,expected", [
     ({"scenarios": [], "raw_scenarios": "scenarios:\n  - name: x\n   bad: [\n"}, [], "malformed YAML"),
-    ({"scenarios": [tiny_scenario(max_stepz=3)]}, [], "scenario 'full': arguments.max_stepz: unknown argument (fix: did you mean 'max_steps'?)"),
+    ({"scenarios": [tiny_scenario(max_stepz=3)]}, [], "scenario 'full': arguments.max_stepz: unknown argument (fix: "
+                                                      "did you mean 'max_steps'?)"),
     ({"scenarios": [tiny_scenario(max_steps="many")]}, [], "invalid int value: 'many'"),
     ({"scenarios": [tiny_scenario(peft_method="qlora")]}, [], "invalid choice: 'qlora'"),
-    ({"scenarios": [{"name": "s", "framework_config": ["turbo"], "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}]}, [],
+    ({"scenarios": [{"name": "s", "framework_config": ["turbo"],
+                     "arguments": {"model_name_or_path": ["preset:llama-tiny"]}}]}, [],
      "unknown framework config 'turbo'"),
     ({"scenarios": [tiny_scenario(per_device_train_batch_size=3)]}, ["--effective_batch_size_matrix", "4"],
      "effective_batch_size 4 cannot be split"),
-    ({"scenarios": [tiny_scenario(model_name_or_path=["preset:llama-huge"])]}, [], "unknown preset 'preset:llama-huge'"),
+    ({"scenarios": [tiny_scenario(model_name_or_path=["preset:llama-huge"])]}, [],
+     "unknown preset 'preset:llama-huge'"),
     ({"scenarios": [tiny_scenario(max_length=128)]}, [], "use max_seq_len"),
     ({"scenarios": [tiny_scenario(max_steps=3, scan_steps="5")]}, [], "scan_steps 5 ends after max_steps 3"),
-    ({"scenarios": [tiny_scenario(scan_steps="4", scan_time_steps="3-6")]}, [], "scan_time_steps 3-6: Scanner(time_steps=...): 3-6 overlaps the memory-scanned steps 4-4"),
+    ({"scenarios": [tiny_scenario(scan_steps="4", scan_time_steps="3-6")]}, [], "scan_time_steps 3-6: "
+                                                                                "Scanner(time_steps=...): 3-6 overlaps "
+                                                                                "the memory-scanned steps 4-4"),
     ({"scenarios": [tiny_scenario()]}, ["--packing_matrix", "maybe"], "expected true/false values"),
     ({"scenarios": [tiny_scenario()]}, ["--run_only_scenarios", "nope"], "no scenario 'nope'"),
 ])
@@ -114,7 +119,9 @@ def test_executor_ray_without_ray_is_exit_2(tmp_path, capsys, monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
     monkeypatch.delitem(sys.modules, "ray", raising=False)  # imported by an earlier test of this process
     code, err, out = run_cli(tmp_path, capsys, "--executor", "ray", scenarios=[tiny_scenario()])
     assert code == 2 and "Ray is not installed" in err and "pip install -e '.[ray]'" in err and not out.exists()
@@ -179,7 +186,9 @@ def test_plan_refuses_a_local_config_it_could_not_use(tmp_path, capsys, text, me
 
 def test_a_dry_run_into_a_finished_folder_says_what_it_left_alone(tmp_path, capsys):
     """Issue W2: a dry run said it wrote command.sh for each experiment, and into a finished folder it wrote none."""
-    code, _, out_dir = run_cli(tmp_path, capsys, "--dry_run", "--num_gpus_matrix", "1", "2", scenarios=[tiny_scenario()])
+    code, _, out_dir = run_cli(
+        tmp_path, capsys, "--dry_run", "--num_gpus_matrix", "1", "2", scenarios=[tiny_scenario()]
+    )
     assert code == 0
     finished = sorted(p for p in out_dir.iterdir() if p.is_dir())[0]
     (finished / "results.json").write_text('{"experiment_id": "x", "status": "ok"}')

@@ -59,7 +59,10 @@ def test_arguments_are_typed_once_and_rebuilt_without_parsing():
             "peft_method": "lora", "per_device_train_batch_size": 4}
     values = entry_parser().typed_values(args)
     assert values["training"]["learning_rate"] == 2e-5  # YAML's `2e-5` is a string until this one parse
-    assert values["training"]["per_device_train_batch_size"] == 4 and values["peft"]["target_modules"] == ["q_proj", "v_proj"]
+    assert values["training"]["per_device_train_batch_size"] == 4 and values["peft"]["target_modules"] == [
+        "q_proj",
+        "v_proj",
+    ]
     built = build_entry(json.loads(json.dumps(values)))  # what the child does: spec.json → objects
     peft, training = built[2], built[4]
     assert peft.target_modules == ["q_proj", "v_proj"] and training.packing is False
@@ -81,7 +84,9 @@ def test_command_sh_is_exactly_quoted(tmp_path):
 
 def _spec(num_gpus, device, framework="none", **arguments):
     fc = FrameworkConfig(framework, {}, min_gpus=1)
-    return typed([ExperimentSpec("s", fc, num_gpus, device, {"model_name_or_path": "preset:llama-tiny", **arguments})])[0]
+    return typed([ExperimentSpec("s", fc, num_gpus, device, {"model_name_or_path": "preset:llama-tiny", **arguments})])[
+        0
+    ]
 
 
 def test_launchers_single_and_multi_process(tmp_path):
@@ -124,7 +129,9 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
     from torch.distributed.run import get_args_parser
 
     cpu = _spec(2, "cpu", **LORA_ARGS)
-    command = choose(cpu, RunOptions(Path("out"), accelerate_config_path=None, preload=True)).command(cpu, tmp_path / "spec.json", [], {})
+    command = choose(cpu, RunOptions(Path("out"), accelerate_config_path=None, preload=True)).command(
+        cpu, tmp_path / "spec.json", [], {}
+    )
     assert command.argv[1:3] == ["-m", "torch.distributed.run"]
     torchrun = get_args_parser().parse_args(command.argv[3:])
     assert torchrun.module and torchrun.training_script == "tunebench.experiment.train"
@@ -134,7 +141,9 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
     assert peft.r == 8 and peft.target_modules == ["q_proj", "v_proj"]
 
     gpu = _spec(2, "cuda", **LORA_ARGS)
-    command = choose(gpu, RunOptions(Path("out"), accelerate_config_path="accelerate.yaml", preload=True)).command(gpu, tmp_path / "g.json", [0, 1], {})
+    command = choose(gpu, RunOptions(Path("out"), accelerate_config_path="accelerate.yaml", preload=True)).command(
+        gpu, tmp_path / "g.json", [0, 1], {}
+    )
     launch = launch_command_parser().parse_args(command.argv[3:])
     assert not launch.debug and launch.training_script == "tunebench.experiment.train"
     assert launch.training_script_args == ["--spec", str((tmp_path / "g.json").resolve())]
@@ -143,7 +152,8 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
 def test_timeout_kills_the_whole_process_group(tmp_path):
     # A parent that spawns a grandchild which ignores SIGTERM: both must be gone after the timeout.
     code = ("import subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)']); "
+            "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); print(flush=True); time.sleep(60)']); "
             "open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(60)")
     pid_file = tmp_path / "grandchild.pid"
     command = LaunchCommand([sys.executable, "-c", code, str(pid_file)], dict(os.environ), {}, str(tmp_path), [])
@@ -166,8 +176,9 @@ def test_signal_constant_names():
 
 
 def test_killed_rank_is_the_root_cause_not_its_peers_error(tmp_path):
-    (tmp_path / "error_rank0.json").write_text(json.dumps({"status": "error", "rank": 0,
-                                                           "error_messages": "RuntimeError: Connection closed by peer"}))
+    (tmp_path / "error_rank0.json").write_text(
+        json.dumps({"status": "error", "rank": 0, "error_messages": "RuntimeError: Connection closed by peer"})
+    )
     stderr = ("Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : localhost\n"
               "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 24970)  (SIGKILL)\n  error_file: <N/A>\n")
     status, message = classify(1, False, stderr, tmp_path)

@@ -80,9 +80,18 @@ def test_submitted_is_neither_running_nor_queued_and_is_timed_by_the_row(caplog)
 
 def test_settings_come_from_the_spec_with_sftconfig_defaults_for_unset_batch_values():
     batch = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
-    given = ExperimentSpec("s", FrameworkConfig("gradient-checkpointing"), 2, "cpu", {"model_name_or_path": "m", **batch},
-                           entry={"training": batch})  # typed, as the matrix's validation leaves it
-    assert settings_of(given) == CPU_GC and settings_of(given).describe() == "2 CPU slots, batch 4×2, gradient-checkpointing"
+    given = ExperimentSpec(
+        "s",
+        FrameworkConfig("gradient-checkpointing"),
+        2,
+        "cpu",
+        {"model_name_or_path": "m", **batch},
+        entry={"training": batch},
+    )  # typed, as the matrix's validation leaves it
+    assert (
+        settings_of(given) == CPU_GC
+        and settings_of(given).describe() == "2 CPU slots, batch 4×2, gradient-checkpointing"
+    )
     unset = ExperimentSpec("s", FrameworkConfig("none"), 1, "cuda", {"model_name_or_path": "m"}, entry={"training": {}})
     assert settings_of(unset) == Settings(1, False, "8×1", "none")  # SFTConfig's defaults, as the child runs
     assert settings_of(unset).describe() == "1 GPU, batch 8×1, none"

@@ -28,7 +28,9 @@ def test_labels_and_settings_from_the_model_arguments():
     assert quantization_of(ModelArguments()).label() == "none"
     four = ModelArguments(load_in_4bit=True, bnb_4bit_quant_type="fp4")
     assert quantization_of(four).label() == "bnb-4bit-fp4"
-    assert quantization_of(ModelArguments(load_in_4bit=True, bnb_4bit_use_double_quant=True)).label() == "bnb-4bit-nf4-dq"
+    assert (
+        quantization_of(ModelArguments(load_in_4bit=True, bnb_4bit_use_double_quant=True)).label() == "bnb-4bit-nf4-dq"
+    )
     assert quantization_of(ModelArguments(load_in_8bit=True)).label() == "bnb-8bit"
 
 
@@ -155,7 +157,9 @@ def test_cpu_run_of_qlora_and_int8_matches_its_prediction(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     frame = pd.read_csv(out / "raw_summary.csv").set_index("framework_config")
     assert list(frame["status"]) == ["ok"] * 3
-    assert frame.loc["qlora", "quantization"] == "bnb-4bit-nf4-dq" and frame.loc["lora-int8", "quantization"] == "bnb-8bit"
+    assert (
+        frame.loc["qlora", "quantization"] == "bnb-4bit-nf4-dq" and frame.loc["lora-int8", "quantization"] == "bnb-8bit"
+    )
     for name in ("qlora", "lora-int8"):
         row = frame.loc[name]
         assert row["scan_mem_quant_state"] > 0 and row["scan_mem_quant_state"] == row["pred_mem_quant_state"]
@@ -267,8 +271,17 @@ def test_plan_notes_say_how_a_row_was_sized_and_what_it_does_not_model():
     from tunebench.planning.plan_matrix import unmodelled
 
     def spec(**arguments):
-        return typed([ExperimentSpec("s", FrameworkConfig("fc"), 1, "cpu",
-                                     {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", **arguments})])[0]
+        return typed(
+            [
+                ExperimentSpec(
+                    "s",
+                    FrameworkConfig("fc"),
+                    1,
+                    "cpu",
+                    {"model_name_or_path": "preset:llama-tiny", "peft_method": "lora", **arguments},
+                )
+            ]
+        )[0]
 
     assert unmodelled(spec()) is None
     four = unmodelled(spec(load_in_4bit=True))

@@ -35,7 +35,9 @@ def test_local_jsonl_and_parquet_are_tokenised_and_cached(tmp_path, cache):
     assert [len(r) for r in rows["input_ids"]] == [8, 4]  # truncated to max_seq_len; "abc" + eos
     assert rows["input_ids"][1][-1] == tokenizer.eos_token_id
     parquet = tmp_path / "chat.parquet"
-    pd.DataFrame({"messages": [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]]}).to_parquet(parquet)
+    pd.DataFrame(
+        {"messages": [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]]}
+    ).to_parquet(parquet)
     chat = prepare_dataset(DataArguments(training_data_path=str(parquet), max_seq_len=64), tokenizer)
     assert tokenizer.decode(chat["input_ids"][0]) == "<s>user: hi</s><s>assistant: yo</s>"
     assert len(list(cache.iterdir())) == 2

@@ -225,7 +225,9 @@ def test_steady_columns_from_step_times_and_tokens():
     model_flops = training_flops(model, nonpad, 5000)
     assert row["steady_mfu"] == pytest.approx(model_flops / 0.5 / (989.4e12 * 2))
     assert len(checkpointed_layers(model)) == 2  # llama-tiny's two decoder layers
-    assert row["steady_hfu"] == pytest.approx((model_flops + recompute_flops(model, nonpad, 5000)) / 0.5 / (989.4e12 * 2))
+    assert row["steady_hfu"] == pytest.approx(
+        (model_flops + recompute_flops(model, nonpad, 5000)) / 0.5 / (989.4e12 * 2)
+    )
     assert row["steady_hfu"] > row["steady_mfu"]
     # CV 14.1 %, but three of the five steps are at the median: the robust spread is 0 and nothing is warned
     assert row["steady_step_time_cv"] == pytest.approx(0.1414, abs=1e-4) and row["steady_step_time_robust_cv"] == 0

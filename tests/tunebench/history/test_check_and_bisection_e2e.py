@@ -26,7 +26,9 @@ pytest.importorskip("ruptures")
 
 STEPS = {"max_steps": 14, "max_seq_len": 16, "per_device_train_batch_size": 1, "steady_warmup_steps": 2,
          "steady_min_steps": 5, "synthetic_length_distribution": "fixed"}
-BASE_MS = 120.0  # each batch's planted delay: it dominates the step (the tiny model computes ~3 ms on one thread), so a busy CPU moves the step little
+# each batch's planted delay: it dominates the step (the tiny model computes ~3 ms on one thread), so a busy CPU moves
+# the step little
+BASE_MS = 120.0
 
 
 def benchmark(args: list[str], cache: Path, env: dict | None = None) -> subprocess.CompletedProcess:

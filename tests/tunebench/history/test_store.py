@@ -55,7 +55,10 @@ def test_column_types_follow_the_registry_and_new_columns_join(tmp_path):
                              "'experiments'").fetchall())
     assert (types["steady_step_time_median"], types["gpu_sm_clock_mhz"], types["status"], types["learning_rate"],
             types["host_name"]) == ("DOUBLE", "DOUBLE", "VARCHAR", "VARCHAR", "VARCHAR")
-    assert con.execute("SELECT gpu_sm_clock_mhz FROM experiments ORDER BY started_unix").fetchall() == [(None,), (1980.0,)]
+    assert con.execute("SELECT gpu_sm_clock_mhz FROM experiments ORDER BY started_unix").fetchall() == [
+        (None,),
+        (1980.0,),
+    ]
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
@@ -169,7 +172,9 @@ def _series(tmp_path, medians: list[float], extra_of=None) -> list:
 
 def test_the_newest_run_alone_opens_a_worse_regime_and_its_cause_is_named(tmp_path, capsys):
     shared = {"gpu_other_processes": 1, "gpu_other_process_names": "burner (pid 7, 1.0 GiB)"}
-    findings = _series(tmp_path, [0.100, 0.1002, 0.0999, 0.107], lambda i: shared if i == 3 else {"gpu_other_processes": 0})
+    findings = _series(
+        tmp_path, [0.100, 0.1002, 0.0999, 0.107], lambda i: shared if i == 3 else {"gpu_other_processes": 0}
+    )
     (finding,) = findings
     assert finding.verdict == "regression" and finding.regimes == [(0, 3), (3, 4)]
     lines = describe(finding)

@@ -112,7 +112,9 @@ def test_a_store_path_that_is_no_store_is_one_line(stored, tmp_path, capsys, kin
         assert sorted(p.name for p in tmp_path.iterdir()) == before
     if kind == "other program":  # its tables untouched, none of ours added
         con = duckdb.connect(str(path), read_only=True)
-        assert [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()] == ["invoices"]
+        assert [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()] == [
+            "invoices"
+        ]
 
 
 def test_a_store_on_a_read_only_filesystem_is_one_line(stored, tmp_path, capsys, monkeypatch):

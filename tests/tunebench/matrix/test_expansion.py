@@ -6,7 +6,10 @@ from tunebench.errors import InputProblem
 from tunebench.matrix.expansion import Matrices, expand, split_batch
 from tunebench.matrix.inputs import BASELINE, FrameworkConfig, Scenario
 
-FCS = {BASELINE: FrameworkConfig(BASELINE), "gc": FrameworkConfig("gc", {"gradient_checkpointing": True, "learning_rate": 5.0})}
+FCS = {
+    BASELINE: FrameworkConfig(BASELINE),
+    "gc": FrameworkConfig("gc", {"gradient_checkpointing": True, "learning_rate": 5.0}),
+}
 
 
 def run_expand(scenarios, defaults=None, matrices=None, data_processing=None):
@@ -78,11 +81,15 @@ def test_identity_is_stable_and_sensitive():
     first, _ = run_expand([scenario])
     again, _ = run_expand([Scenario("s", [None], {"learning_rate": 1e-3, "model_name_or_path": ["preset:llama-tiny"]})])
     assert first[0].experiment_id == again[0].experiment_id  # key order does not matter
-    edited, _ = run_expand([Scenario("s", [None], {"model_name_or_path": ["preset:llama-tiny"], "learning_rate": 2e-3})])
+    edited, _ = run_expand(
+        [Scenario("s", [None], {"model_name_or_path": ["preset:llama-tiny"], "learning_rate": 2e-3})]
+    )
     assert edited[0].experiment_id != first[0].experiment_id
     other_fc = dict(FCS, gc=FrameworkConfig("gc", {"gradient_checkpointing": False}))
-    with_gc = expand([Scenario("s", ["gc"], {"model_name_or_path": ["preset:llama-tiny"]})], FCS, {}, {}, Matrices([1]), "cpu", {}, [])
-    changed_gc = expand([Scenario("s", ["gc"], {"model_name_or_path": ["preset:llama-tiny"]})], other_fc, {}, {}, Matrices([1]), "cpu", {}, [])
+    with_gc = expand([Scenario("s", ["gc"], {"model_name_or_path": ["preset:llama-tiny"]})], FCS, {}, {},
+                     Matrices([1]), "cpu", {}, [])
+    changed_gc = expand([Scenario("s", ["gc"], {"model_name_or_path": ["preset:llama-tiny"]})], other_fc, {}, {},
+                        Matrices([1]), "cpu", {}, [])
     assert with_gc[0].experiment_id != changed_gc[0].experiment_id  # framework config content is identity
     assert len(first[0].experiment_id) == 12
 

@@ -51,14 +51,18 @@ def _real_compiled_step(batch: int, seq: int) -> tuple[int, int]:
         step()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
             step()
-    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    records = sorted(
+        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
     now = peak = 0
     for _, change in records:
         now += change
         peak = max(peak, now)
     assert now == 0  # the step gave back all it took
     before = sum(p.untyped_storage().nbytes() for p in model.parameters())
-    before += sum(t.untyped_storage().nbytes() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+    before += sum(
+        t.untyped_storage().nbytes() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)
+    )
     return peak, before
 
 
@@ -132,7 +136,8 @@ def test_liger_fused_cross_entropy_chunks_as_liger_does(tokens, hidden, vocab, c
 def test_trl_turns_ligers_fused_cross_entropy_off_so_the_plan_keeps_the_logits():
     from tunebench.planning.liger_kernels import fused_linear_cross_entropy_applied
 
-    assert fused_linear_cross_entropy_applied() is False  # TRL 1.x: liger_kernel_config fused_linear_cross_entropy False
+    # TRL 1.x: liger_kernel_config fused_linear_cross_entropy False
+    assert fused_linear_cross_entropy_applied() is False
 
 
 def _measured(scenario: str, framework: str) -> int:

@@ -68,7 +68,9 @@ def test_cuda_sizes_are_counted_in_allocator_blocks():
         return -(-nbytes // 512) * 512 - nbytes
 
     # per parameter tensor: exp_avg and exp_avg_sq rounded up to 512 B blocks, and a 4 B step scalar → 512 B
-    expected = sum(2 * padding(4 * p.numel()) + padding(4) for p in load_model("preset:llama-tiny", "float32").parameters())
+    expected = sum(
+        2 * padding(4 * p.numel()) + padding(4) for p in load_model("preset:llama-tiny", "float32").parameters()
+    )
     assert blocks["optimizer"] - exact["optimizer"] == expected > 21 * 508
     assert all(blocks[k] >= exact[k] for k in exact)
 
@@ -115,8 +117,14 @@ def test_cpu_run_with_plan_predicts_activations_and_skips_the_oversized_experime
     assert frame.loc["huge", "pred_fits"] in (False, "False") and frame.loc["huge", "pred_mem_peak"] > 1024**3
     for name in ("full", "lora", "gc"):
         row = frame.loc[name]
-        assert row["pred_mem_params"] == row["scan_mem_params"] and row["pred_mem_optimizer"] == row["scan_mem_optimizer"]
-        assert abs(row["pred_error_activations"]) < 0.05, (name, row["pred_mem_activations"], row["scan_mem_activations"])
+        assert (
+            row["pred_mem_params"] == row["scan_mem_params"] and row["pred_mem_optimizer"] == row["scan_mem_optimizer"]
+        )
+        assert abs(row["pred_error_activations"]) < 0.05, (
+            name,
+            row["pred_mem_activations"],
+            row["scan_mem_activations"],
+        )
     assert frame.loc["full", "pred_fits"] in (True, "True")
     from tunebench.experiment.entry_parser import entry_parser
     from tunebench.results.columns.lookup import undeclared

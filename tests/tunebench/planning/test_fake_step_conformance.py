@@ -85,15 +85,26 @@ def _measured(model_dir: str, variant: dict, targets: tuple = ("all-linear",)) -
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=lora_targets(targets),
                                                  task_type=TaskType.CAUSAL_LM))
     names = checkpointing_renames()
-    checkpointing = {names.get("gradient_checkpointing", "gradient_checkpointing"): bool(variant.get("checkpointing")),
-                     names.get("gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"): {"use_reentrant": False}}
+    checkpointing = {
+        names.get("gradient_checkpointing", "gradient_checkpointing"): bool(variant.get("checkpointing")),
+        names.get("gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"): {"use_reentrant": False},
+    }
     rows = [{"input_ids": ids, "labels": ids.clone()}
             for ids in torch.randint(3, 259, (SCAN_STEP * BATCH * variant.get("grad_accum", 1), SEQ))]
     scanner = Scanner(steps=SCAN_STEP, time_steps="off", output=None, log_to_trainer=False)
-    args = TrainingArguments(output_dir="/tmp/tunebench-conformance", max_steps=SCAN_STEP, use_cpu=True,
-                             per_device_train_batch_size=BATCH, gradient_accumulation_steps=variant.get("grad_accum", 1),
-                             optim="adamw_torch_fused", report_to=[], save_strategy="no", logging_strategy="no",
-                             disable_tqdm=True, **checkpointing)
+    args = TrainingArguments(
+        output_dir="/tmp/tunebench-conformance",
+        max_steps=SCAN_STEP,
+        use_cpu=True,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=variant.get("grad_accum", 1),
+        optim="adamw_torch_fused",
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        **checkpointing,
+    )
     Trainer(model=model, args=args, train_dataset=rows, callbacks=[scanner]).train()
     return scanner.flat_metrics()
 

@@ -32,7 +32,8 @@ def test_the_search_finds_the_largest_fitting_micro_batch_from_any_guess(edge, g
 def test_the_map_on_cpu_against_real_runs_at_its_edge_and_beyond(tmp_path):
     """A CPU budget between micro-batch 3's and 4's predictions (seq 64, full rows): the map says 3; the matrix
     run with --plan at 3 and 4 predicts fits / does not fit, and the scanner measures each category of both
-    steps as predicted (the CPU's categories, exact on this model: tests/tunebench/planning/test_fake_step_conformance.py)."""
+    steps as predicted (the CPU's categories, exact on this model:
+    tests/tunebench/planning/test_fake_step_conformance.py)."""
     import dataclasses
 
     from tunebench.planning.fake_step import StepShape

@@ -79,7 +79,8 @@ def _experiment(tmp_path, **arguments):
               "per_device_train_batch_size": 2, "max_seq_len": 32, "synthetic_num_samples": 8,
               "synthetic_length_distribution": "fixed",
               "torch_dtype": "float32", **arguments}
-    return typed([ExperimentSpec("s", FrameworkConfig("lora-int8"), 1, "cuda", values)])[0]  # a GPU row planned on this CPU host
+    # a GPU row planned on this CPU host
+    return typed([ExperimentSpec("s", FrameworkConfig("lora-int8"), 1, "cuda", values)])[0]
 
 
 def test_the_plan_counts_once_then_reads_its_cache_and_says_so(tmp_path, monkeypatch):

@@ -146,7 +146,8 @@ def test_cuda_autocast_policy_under_the_cpu_kernels(call, cuda_dtype):
     (lambda x: torch.softmax(x, -1, None), torch.float32),  # a positional None gives no dtype
     (lambda x: x.log_softmax(-1, torch.bfloat16), torch.bfloat16),  # an explicit positional dtype: left alone
     (lambda x: torch.softmax(x, -1, torch.float16), torch.float16),
-    (lambda x: torch.nn.functional.softmax(x, -1, 3, torch.bfloat16), torch.bfloat16),  # (input, dim, _stacklevel, dtype)
+    # (input, dim, _stacklevel, dtype)
+    (lambda x: torch.nn.functional.softmax(x, -1, 3, torch.bfloat16), torch.bfloat16),
     (lambda x: x.sum(-1, True, dtype=torch.bfloat16), torch.bfloat16),
     (lambda x: x.norm(2, -1, True), torch.float32),
 ])

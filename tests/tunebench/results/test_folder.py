@@ -176,7 +176,8 @@ def test_a_corrupt_results_json_is_not_done_and_runs_again(tmp_path, caplog):
     (["--max_concurrent", "0"], {}, "--max_concurrent: out of range: 0"),
     (["--nvidia_smi_loop_ms", "0"], {}, "--nvidia_smi_loop_ms: out of range: 0"),
     (["--ray_connect_timeout", "-1"], {}, "--ray_connect_timeout: out of range"),
-    (["--memory_logging", "scaner"], {}, "--memory_logging (or MEMORY_LOGGING): memory_logging: unknown mode(s) ['scaner']"),
+    (["--memory_logging", "scaner"], {}, "--memory_logging (or MEMORY_LOGGING): memory_logging: unknown mode(s) "
+                                         "['scaner']"),
     (["--accelerate_config", "/nonexistent/accelerate.yaml"], {}, "/nonexistent/accelerate.yaml: -: file not found"),
     ([], {"steady_target_ci_pct": -1}, "arguments.steady_target_ci_pct: -1.0 is out of range: expected > 0"),
     ([], {"steady_max_cv": 0}, "arguments.steady_max_cv: 0.0 is out of range: expected > 0"),
@@ -188,7 +189,8 @@ def test_a_corrupt_results_json_is_not_done_and_runs_again(tmp_path, caplog):
     (["--slurm_time_limit", "1e9"], {}, "--slurm_time_limit/--slurm-time-limit: invalid int value: '1e9'"),
     (["--slurm_time_limit", "100000"], {}, "--slurm_time_limit: out of range: 100000"),
     (["--cpu_slots", "100000"], {}, "--cpu_slots: out of range: 100000"),
-    ([], {"per_device_train_batch_size": 0}, "arguments.per_device_train_batch_size: expected a whole number >= 1, got 0"),
+    ([], {"per_device_train_batch_size": 0}, "arguments.per_device_train_batch_size: expected a whole number >= 1, got "
+                                             "0"),
     ([], {"lora_dropout": 1.0}, "arguments.lora_dropout: 1.0 is out of range: expected >= 0 and < 1"),
     ([], {"training_data_path": "data/missing.jsonl"}, "local file 'data/missing.jsonl' does not exist"),
     ([], {"training_data_path": "missing.parquet"}, "local file 'missing.parquet' does not exist"),

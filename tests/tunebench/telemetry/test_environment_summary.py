@@ -60,9 +60,11 @@ def test_another_process_on_the_gpu_is_named_and_the_experiments_own_is_not(fake
     assert columns["gpu_other_process_names"] == f"burner (pid {cotenant}, 1.0 GiB)"
     assert columns["gpu_other_memory_mib"] == 1024 and columns["gpu_processes_before"] == 2
     assert columns["gpu_memory_used_before_mib"] == 4  # the fake GPU 0's baseline
-    assert (columns["gpu_sm_clock_mhz"], columns["gpu_sm_clock_max_mhz"], columns["gpu_mem_clock_mhz"]) == (1980, 1980, 2619)
+    clocks = (columns["gpu_sm_clock_mhz"], columns["gpu_sm_clock_max_mhz"], columns["gpu_mem_clock_mhz"])
+    assert clocks == (1980, 1980, 2619)
     assert columns["gpu_clock_event_reasons"] == "none" and columns["gpu_temperature_max_c"] == 41
-    assert columns["gpu_power_limit_w"] == 700.0 and columns["environment_samples"] >= 2  # one a 0.1 s, each two fake calls
+    # one a 0.1 s, each two fake calls
+    assert columns["gpu_power_limit_w"] == 700.0 and columns["environment_samples"] >= 2
     assert columns["gpu_uuids"] == GPU0 and columns["host_cpu_model"] == env.cpu_model()
     assert env.cpu_model() and env.cpu_model() in Path("/proc/cpuinfo").read_text()  # this Linux host's own
     assert summary.warnings_for({**columns, "host_load_per_core": 1.5}, "cuda")[1] == (
@@ -76,7 +78,9 @@ def test_pids_of_another_namespace_count_the_largest_process_as_the_experiment(f
     fake.setenv("FAKE_NVIDIA_SMI_APPS", json.dumps([{"pid": 4000001, "used_memory": 30000, "name": "python3"},
                                                      {"pid": 4000002, "used_memory": 600, "name": "python3"}]))
     columns = summary.summarize(_watch(tmp_path, 0.3), None)
-    assert columns["gpu_other_processes"] == 1 and columns["gpu_other_process_names"] == "python3 (pid 4000002, 0.6 GiB)"
+    assert (
+        columns["gpu_other_processes"] == 1 and columns["gpu_other_process_names"] == "python3 (pid 4000002, 0.6 GiB)"
+    )
 
 
 def test_renamed_and_missing_fields_fall_back_or_stay_empty_with_a_reason(fake, tmp_path):
@@ -121,7 +125,12 @@ def test_without_nvidia_smi_the_host_is_still_described(monkeypatch, tmp_path):
 
 
 def test_only_the_steady_windows_samples_count():
-    samples = [{"t": 10.0, "load1": 9.0}, {"t": 11.0, "load1": 1.0}, {"t": 12.0, "load1": 2.0}, {"t": 20.0, "load1": 8.0}]
+    samples = [
+        {"t": 10.0, "load1": 9.0},
+        {"t": 11.0, "load1": 1.0},
+        {"t": 12.0, "load1": 2.0},
+        {"t": 20.0, "load1": 8.0},
+    ]
     payload = {"cores": 4, "interval_s": 1.0, "samples": samples}
     assert summary.summarize(payload, (10.5, 12.5))["host_load_per_core"] == 0.5
     assert summary.summarize(payload, (10.5, 12.5))["environment_samples"] == 2

@@ -59,8 +59,9 @@ def _expected_noise(ci: float, spread: float, warning: str) -> str:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.floats(0, 60), st.sampled_from([1.0, 1.0000001])), st.one_of(
-    st.floats(0, 1.5), st.sampled_from([0.05, 0.0500001])), st.sampled_from(["", BUSY_WARNING, "only 4 steady step(s) (< 10): raise max_steps"]))
+@given(st.one_of(st.floats(0, 60), st.sampled_from([1.0, 1.0000001])),
+       st.one_of(st.floats(0, 1.5), st.sampled_from([0.05, 0.0500001])),
+       st.sampled_from(["", BUSY_WARNING, "only 4 steady step(s) (< 10): raise max_steps"]))
 def test_a_noisy_confirming_run_never_makes_a_confirmed_winner(ci, spread, warning):
     outcome = _outcome({"steady_step_time_ci_pct": ci, "steady_step_time_robust_cv": spread,
                         "measurement_warning": warning})
@@ -68,7 +69,9 @@ def test_a_noisy_confirming_run_never_makes_a_confirmed_winner(ci, spread, warni
     winner = outcome.winner
     assert winner.point.micro_batch == 8 and winner.noise == noise
     assert winner.state == ("noisy" if noise else "confirmed")
-    assert winner.reason == ("its confirming run was not steady (see noise): it confirms nothing" if noise else "confirmed")
+    assert winner.reason == (
+        "its confirming run was not steady (see noise): it confirms nothing" if noise else "confirmed"
+    )
     if noise:
         assert outcome.confidence == (f"unconfirmed: its confirming run was noisy ({noise}); run tune again on a "
                                       "quiet machine")

@@ -51,7 +51,9 @@ class LocalExecutor:
             finished: Callable[[int, dict[str, Any]], None], progress) -> None:
         cuda = experiments[0].device_type == "cuda"
         slots = list(options.available_gpus) if cuda else list(range(cpu_slots(options)))
-        jobs = [Job(i, e.num_gpus, exclusive=options.exclusive_timing or e.exclusive) for i, e in enumerate(experiments)]
+        jobs = [
+            Job(i, e.num_gpus, exclusive=options.exclusive_timing or e.exclusive) for i, e in enumerate(experiments)
+        ]
         max_concurrent = self.concurrency(options)
         scheduler = Scheduler(jobs, SlotPool(slots), max_concurrent)
         if not cuda and max_concurrent > 1 and "OMP_NUM_THREADS" not in options.extra_env:
@@ -121,4 +123,8 @@ class LocalExecutor:
             return {**base_row(experiment, options), "status": Status.ERROR, "error_messages": str(exc.problems[0])}
         except Exception as exc:  # a harness bug must cost one row, not the matrix
             logger.exception("experiment %s failed in the harness", experiment.folder_name)
-            return {**base_row(experiment, options), "status": Status.ERROR, "error_messages": f"harness error: {exc!r}"}
+            return {
+                **base_row(experiment, options),
+                "status": Status.ERROR,
+                "error_messages": f"harness error: {exc!r}",
+            }

@@ -101,7 +101,9 @@ class SpanningRun:
             "GPU" if self.cuda else "CPU"), address, port)
         for rank in range(self.shape.nodes):
             node_options = replace(self.options, node=Rendezvous(self.shape.nodes, rank, address, port))
-            ref = task.options(**resources, scheduling_strategy=self._bundle(rank)).remote(self.experiment, node_options)
+            ref = task.options(**resources, scheduling_strategy=self._bundle(rank)).remote(
+                self.experiment, node_options
+            )
             self.running[ref] = rank
         return list(self.running)
 

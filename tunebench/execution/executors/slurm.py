@@ -280,4 +280,6 @@ def _job_failure(exc: BaseException, job) -> tuple[str, str]:
     except Exception:  # sacct unavailable: the message alone decides
         state = "UNKNOWN"
     timed_out = state.upper().startswith("TIMEOUT") or "DUE TO TIME LIMIT" in text or "timed-out" in text
-    return (Status.TIMEOUT if timed_out else Status.ERROR), f"slurm: job {job.job_id} ({state}): {text[-1500:] or type(exc).__name__}"
+    return (
+        Status.TIMEOUT if timed_out else Status.ERROR
+    ), f"slurm: job {job.job_id} ({state}): {text[-1500:] or type(exc).__name__}"

@@ -39,7 +39,8 @@ MAX_BYTES = 256 * 2**10
 MAX_VALUES = 50_000
 MAX_ENTRIES = 1_000
 MAX_PROBLEMS = 20  # reported at once; past that the file is not a GPU table
-FIX = "see tunebench/planning/projection/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: ...}}]"
+FIX = ("see tunebench/planning/projection/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: "
+       "...}}]")
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,14 @@ def _figure(raw: Any, key: str, where: str, source: str, problems: list[InputPro
     if isinstance(raw, dict):
         unknown = set(raw) - {"value", "source"}
         if unknown or "value" not in raw:
-            problems.append(InputProblem(where, key, f"expected {{value, source}}, got keys {shown(sorted(map(str, raw)))}",
-                                         "e.g. {value: 989.4, source: 'datasheet'}"))
+            problems.append(
+                InputProblem(
+                    where,
+                    key,
+                    f"expected {{value, source}}, got keys {shown(sorted(map(str, raw)))}",
+                    "e.g. {value: 989.4, source: 'datasheet'}",
+                )
+            )
             return None, cited
         if raw.get("source") is not None:
             if not isinstance(raw["source"], str):

@@ -167,8 +167,8 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     tokens, nonpad = measured.tokens_per_step * per_gpu * n, measured.nonpad_tokens_per_step * per_gpu * n
     out.update({"proj_steady_tokens_per_second": tokens / step, "proj_steady_nonpad_tokens_per_second": nonpad / step,
                 "proj_step_time": step, **{f"proj_time_{p}": v for p, v in phases.items()},
-                "proj_time_comm": exposed, "proj_gpu_busy_time": single.busy_time, "proj_host_gap_time": single.gap_time,
-                "proj_host_elasticity": elasticity,
+                "proj_time_comm": exposed, "proj_gpu_busy_time": single.busy_time,
+                "proj_host_gap_time": single.gap_time, "proj_host_elasticity": elasticity,
                 "proj_comm_bytes": comm_bytes})
     clamped = f"; phases whose scanned kernels outlasted the timed phase, scaled whole: {', '.join(single.clamped)}" \
         if single.clamped else ""

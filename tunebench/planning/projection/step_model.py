@@ -44,7 +44,8 @@ class Projected:
     clamped: tuple  # phases whose kernels outlasted the phase (scaled whole)
 
 
-def project_step(measured: Measured, kernel_times: dict[str, tuple[float, float]], host_ratio: float = 1.0) -> Projected:
+def project_step(measured: Measured, kernel_times: dict[str, tuple[float, float]],
+                 host_ratio: float = 1.0) -> Projected:
     """The step on the target. `kernel_times`: phase → (K_p, K'_p) per step (kernel_model)."""
     phase_new, busy_new, gaps, clamped = {}, 0.0, 0.0, []
     for phase in PHASES:

@@ -1,4 +1,5 @@
-"""Declarations of the columns that say where and beside what an experiment ran (read by tunebench.results.columns.registry).
+"""Declarations of the columns that say where and beside what an experiment ran (read by
+tunebench.results.columns.registry).
 
 Plain tuples (name, unit, meaning), so that the registry module stays the one place that builds Column objects.
 The steady-window columns come from tunebench.telemetry.environment_summary: the harness samples the experiment's

@@ -92,24 +92,29 @@ REGISTRY: tuple[Column, ...] = (
        "model FLOPs of a mean steady step ÷ median step time ÷ (peak × devices); empty on CPU or unknown GPUs"),
     _m("steady_hfu", "fraction", HIGHER, "throughput", S_STEADY,
        "as steady_mfu, counting gradient-checkpointing recompute as work"),
-    _m("steady_padding_fraction", "fraction", None, "ratio", S_STEADY, "1 − non-padding / all tokens of the steady steps"),
+    _m("steady_padding_fraction", "fraction", None, "ratio", S_STEADY, "1 − non-padding / all tokens of the steady "
+                                                                       "steps"),
     _m("steady_energy_joules", "J", None, "energy", S_STEADY, "sidecar: ∫ power dt over the steady window, all GPUs"),
     _m("steady_energy_joules_per_nonpad_token", "J/token", LOWER, "energy", S_STEADY,
        "steady_energy_joules ÷ non-padding tokens of the steady window"),
     _m("total_steps", "count", None, "count", S_STEADY, "optimizer steps run (auto mode may stop before max_steps)"),
-    _m("first_step_seconds", "s", LOWER, "startup", S_STEADY, "time of optimizer step 1 (allocator growth, kernel selection)"),
-    _k("attn_implementation_used", METRIC, "-", S_STEADY, "attention implementation the model ran with (`sdpa`, `eager`, …)"),
+    _m("first_step_seconds", "s", LOWER, "startup", S_STEADY, "time of optimizer step 1 (allocator growth, kernel "
+                                                              "selection)"),
+    _k("attn_implementation_used", METRIC, "-", S_STEADY, "attention implementation the model ran with (`sdpa`, "
+                                                          "`eager`, …)"),
     # ---------------------------------------------------------------- torch.compile
     _m("compile_seconds", "s", LOWER, "startup", S_ACCEL,
        "torch.compile: seconds spent compiling (dynamo frames and lazily compiled backward graphs), all steps"),
-    _m("compile_count", "count", None, "count", S_ACCEL, "torch.compile: compilations (forward frames + backward graphs)"),
+    _m("compile_count", "count", None, "count", S_ACCEL, "torch.compile: compilations (forward frames + backward "
+                                                         "graphs)"),
     _m("compile_recompiles", "count", LOWER, "count", S_ACCEL,
        "torch.compile: compilations of a frame already compiled (a guard failed: new shapes, dtypes, …)"),
     _m("compile_last_step", "count", None, "count", S_ACCEL, "torch.compile: the last optimizer step that compiled"),
     _m("compile_steady_recompiles", "count", LOWER, "count", S_ACCEL,
        "torch.compile: compilations after the warm-up (those steps are left out of the steady window, and warned)"),
     # ---------------------------------------------------------------- loss parity
-    _m("train_loss_last_step", "-", None, "loss", S_ACCEL, "the last optimizer step's loss (sum of its micro-batch losses)"),
+    _m("train_loss_last_step", "-", None, "loss", S_ACCEL, "the last optimizer step's loss (sum of its micro-batch "
+                                                           "losses)"),
     _k("loss_parity_baseline", METRIC, "-", S_ACCEL,
        "experiment_id of the baseline the loss is compared with: same scenario, framework config `none`, same "
        "arguments but those the framework config sets (itself for a baseline row)"),
@@ -151,11 +156,14 @@ REGISTRY: tuple[Column, ...] = (
     _m("num_processes", "count", None, "count", S_RUN, "world size"),
     _k("distributed_type", METRIC, "-", S_RUN, "what accelerate ran: `NO`, `MULTI_CPU`, `MULTI_GPU`, `FSDP`"),
     # ---------------------------------------------------------------- start-up
-    _m("startup_seconds", "s", LOWER, "startup", S_START, "process start → the first optimizer step begins (training entry)"),
+    _m("startup_seconds", "s", LOWER, "startup", S_START, "process start → the first optimizer step begins (training "
+                                                          "entry)"),
     _m("startup_imports_seconds", "s", LOWER, "startup", S_START, "process start → torch/transformers/TRL imported"),
     _m("startup_data_seconds", "s", LOWER, "startup", S_START, "tokenizer and preprocessed dataset (a cache read)"),
-    _m("startup_model_seconds", "s", LOWER, "startup", S_START, "model build (presets: random init on the GPU) or load"),
-    _m("startup_trainer_seconds", "s", LOWER, "startup", S_START, "SFTTrainer construction (PEFT wrap, dataset preparation)"),
+    _m("startup_model_seconds", "s", LOWER, "startup", S_START,
+       "model build (presets: random init on the GPU) or load"),
+    _m("startup_trainer_seconds", "s", LOWER, "startup", S_START, "SFTTrainer construction (PEFT wrap, dataset "
+                                                                  "preparation)"),
     _m("startup_train_setup_seconds", "s", LOWER, "startup", S_START,
        "train() → first step: accelerator.prepare, optimizer, data loader"),
     _m("startup_launcher_seconds", "s", LOWER, "startup", S_START,
@@ -169,7 +177,8 @@ REGISTRY: tuple[Column, ...] = (
        "peak host RSS of rank 0's own process (`VmHWM`; `ru_maxrss` would carry its launcher's peak)"),
     _m("mem_peak_torch_max_allocated_bytes", "bytes", LOWER, "memory", S_MEM,
        "`torch.cuda.max_memory_allocated()` at the end of rank 0's run"),
-    _m("mem_peak_torch_max_reserved_bytes", "bytes", LOWER, "memory", S_MEM, "`torch.cuda.max_memory_reserved()` likewise"),
+    _m("mem_peak_torch_max_reserved_bytes", "bytes", LOWER, "memory", S_MEM, "`torch.cuda.max_memory_reserved()` "
+                                                                             "likewise"),
     _m("mem_torch_mem_alloc_in_bytes", "bytes", LOWER, "memory", S_MEM,
        "with `--log_memory_hf`: HF's before_init + init delta + train delta (allocated at the end of training)"),
     _m("mem_peak_torch_mem_alloc_in_bytes", "bytes", LOWER, "memory", S_MEM,
@@ -198,15 +207,18 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_time_step_max", "s", LOWER, "phase", S_SCAN, "slowest timed step"),
     _m("scan_time_step_vs_median", "fraction", None, "stability", S_SCAN,
        "scan_time_step ÷ steady_step_time_median − 1: how representative the reported step is"),
-    *(_m(f"scan_time_{phase}", "s", LOWER, "phase", S_SCAN, f"the reported step's {meaning} (phases sum to scan_time_step)")
+    *(_m(f"scan_time_{phase}", "s", LOWER, "phase", S_SCAN, f"the reported step's {meaning} (phases sum to "
+                                                            f"scan_time_step)")
       for phase, meaning in (("forward", "forward passes"), ("backward", "backward passes, recompute included"),
                              ("clip", "gradient clipping and pre-optimizer callbacks"),
-                             ("optimizer", "optimizer.step"), ("other", "remainder: data loading, zero_grad, callbacks"))),
+                             ("optimizer", "optimizer.step"),
+                             ("other", "remainder: data loading, zero_grad, callbacks"))),
     _m("scan_memory_step_time", "s", None, "phase", S_SCAN, "time of the memory-scanned step (its hooks included)"),
     _m("scan_micro_batches", "count", None, "count", S_SCAN, "forward/backward passes in the step"),
     _m("scan_tokens", "tokens", None, "count", S_SCAN, "tokens the model received in the reported step"),
     _m("scan_nonpad_tokens", "tokens", None, "count", S_SCAN, "the same without padding"),
-    _m("scan_tokens_per_second", "tokens/s", HIGHER, "phase", S_SCAN, "scan_tokens ÷ scan_time_step, summed over ranks"),
+    _m("scan_tokens_per_second", "tokens/s", HIGHER, "phase", S_SCAN,
+       "scan_tokens ÷ scan_time_step, summed over ranks"),
     _m("scan_nonpad_tokens_per_second", "tokens/s", HIGHER, "phase", S_SCAN, "the same without padding"),
     _m("scan_mem_params", "bytes", LOWER, "memory", S_SCAN, "parameter storages (this rank's shard)"),
     _m("scan_mem_quant_state", "bytes", LOWER, "memory", S_SCAN,
@@ -230,8 +242,10 @@ REGISTRY: tuple[Column, ...] = (
     _m("scan_mem_fragmentation", "bytes", LOWER, "memory", S_SCAN, "peak reserved − peak allocated (CUDA)"),
     _m("scan_mem_alloc_retries", "count", LOWER, "count", S_SCAN, "allocator retries in the step (CUDA)"),
     _m("scan_mem_ooms", "count", LOWER, "count", S_SCAN, "allocator OOMs in the step (CUDA)"),
-    _m("scan_mem_nvml_used", "bytes", None, "memory", S_SCAN, "NVML device memory used at the end of the scan (device-wide)"),
-    _m("scan_mem_cuda_context", "bytes", None, "memory", S_SCAN, "scan_mem_nvml_used − reserved: context, workspaces, …"),
+    _m("scan_mem_nvml_used", "bytes", None, "memory", S_SCAN, "NVML device memory used at the end of the scan "
+                                                              "(device-wide)"),
+    _m("scan_mem_cuda_context", "bytes", None, "memory", S_SCAN,
+       "scan_mem_nvml_used − reserved: context, workspaces, …"),
     _m("scan_mem_host_rss", "bytes", None, "memory", S_SCAN, "host RSS at the end of the scan"),
     _m("scan_mem_host_peak_rss", "bytes", None, "memory", S_SCAN, "host peak RSS at the end of the scan"),
     _m("scan_mem_imbalance", "fraction", LOWER, "stability", S_SCAN, "max peak ÷ mean peak over ranks − 1"),
@@ -271,7 +285,11 @@ REGISTRY: tuple[Column, ...] = (
        "allocator setting in tunebench/planning/residuals.csv, which every evidence run extends); `peak` too, plus "
        "`pred_mem_bound_extra` (torch.compile rows: compiled steps' largest measured under-prediction, and "
        "max-autotune's benchmark operands; planning/accelerations.py)"),
-    _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak_upper + the allocator's slack measured over it at a GPU's edge (pred_mem_peak on CPU); compare with scan_mem_peak_reserved at the edge (below it the cache keeps more)"),
+    _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak_upper + the "
+                                                             "allocator's slack measured over it at a GPU's edge "
+                                                             "(pred_mem_peak on CPU); compare with "
+                                                             "scan_mem_peak_reserved at the edge (below it the cache "
+                                                             "keeps more)"),
     _k("pred_fits", METRIC, "-", S_PRED, "pred_mem_reserved ≤ capacity − 1 GiB (CUDA context)"),
     _m("pred_fit_margin_bytes", "bytes", None, "memory", S_PRED, "usable capacity − pred_mem_reserved (negative: OOM)"),
     _m("pred_seconds", "s", None, "time", S_PRED, "time the prediction took (0 when a cached shape was reused)"),
@@ -290,10 +308,12 @@ REGISTRY: tuple[Column, ...] = (
     _k("gpu_name", ENVIRONMENT, "-", S_ENV, "`torch.cuda.get_device_name()`"),
     _k("gpu_count", ENVIRONMENT, "count", S_ENV, "GPUs nvidia-smi lists"),
     _k("driver_version", ENVIRONMENT, "-", S_ENV, "NVIDIA driver"),
-    _k("cuda_alloc_conf", ENVIRONMENT, "-", S_ENV, "`PYTORCH_CUDA_ALLOC_CONF` of a CUDA experiment (`expandable_segments:True` unless you set it)"),
+    _k("cuda_alloc_conf", ENVIRONMENT, "-", S_ENV, "`PYTORCH_CUDA_ALLOC_CONF` of a CUDA experiment "
+                                                   "(`expandable_segments:True` unless you set it)"),
     _k("<package>_version", ENVIRONMENT, "-", S_ENV, "torch, transformers, trl, peft, accelerate, datasets"),
     _k("tunebench_git_sha", ENVIRONMENT, "-", S_ENV, "tunebench's commit (`-dirty` with local changes)"),
-    _k("host_cpu_count", ENVIRONMENT, "count", S_ENV, "logical CPUs of the host that ran the experiment (`os.cpu_count()`)"),
+    _k("host_cpu_count", ENVIRONMENT, "count", S_ENV, "logical CPUs of the host that ran the experiment "
+                                                      "(`os.cpu_count()`)"),
     *(_k(name, ENVIRONMENT, u, S_ENV, meaning) for name, u, meaning in environment.RUN_ENVIRONMENT),
     *(_k(name, ENVIRONMENT, u, environment.SECTION, meaning) for name, u, meaning in environment.STEADY_ENVIRONMENT),
     # ---------------------------------------------------------------- bookkeeping
@@ -304,7 +324,8 @@ REGISTRY: tuple[Column, ...] = (
     _k("host_load_avg_1m", BOOKKEEPING, "-", S_BOOK, "highest 1-minute load average of the host while the experiment "
        "ran (sampled every 2 s); above `host_cpu_count` on a CPU run: a `host loaded` measurement warning"),
     _k("repeat", BOOKKEEPING, "count", S_BOOK, "which run of the experiment this row is (`--repeats`: 1..N)"),
-    _k("repeats", BOOKKEEPING, "count", S_BOOK, "ok runs of this experiment in the results folder (when more than one)"),
+    _k("repeats", BOOKKEEPING, "count", S_BOOK,
+       "ok runs of this experiment in the results folder (when more than one)"),
     _m("steady_nonpad_tokens_per_second_olympic", "tokens/s", HIGHER, "throughput", S_BOOK,
        "mean over the experiment's runs without the fastest and slowest (three runs or more)"),
     _m("steady_nonpad_tokens_per_second_spread_pct", "%", None, "stability", S_BOOK,
@@ -313,7 +334,8 @@ REGISTRY: tuple[Column, ...] = (
        "mean of steady_step_time_median over the experiment's runs without the fastest and slowest"),
     _m("steady_step_time_median_spread_pct", "%", None, "stability", S_BOOK,
        "(max - min) / olympic mean of steady_step_time_median over the experiment's runs"),
-    _k("ray_node", BOOKKEEPING, "-", S_BOOK, "with `--executor ray`: IP address of the node that ran it (several nodes: "
+    _k("ray_node", BOOKKEEPING, "-", S_BOOK, "with `--executor ray`: IP address of the node that ran it (several "
+                                             "nodes: "
        "their addresses in node-rank order)"),
     _k("concurrent_experiments", BOOKKEEPING, "count", S_BOOK,
        "other experiments that ran at any moment during this one (shared host CPU, PCIe, power: timing may suffer)"),

@@ -54,5 +54,5 @@ S_ID, S_OUT, S_STEADY, S_ACCEL, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S
     "Acceleration: torch.compile and loss parity",
     "Whole-run throughput (Hugging Face-compatible)", "Start-up", "Memory (harness)", "nvidia-smi sidecar",
     "Scanner", "Collectives (scanner)", "Memory prediction (--plan)", "Environment", "Bookkeeping")
-SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_LEARN, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_KERNEL, S_PRED, S_PROJ,
-            S_ENV, S_RUN_ENV, S_BOOK)
+SECTIONS = (S_ID, S_OUT, S_STEADY, S_ACCEL, S_LEARN, S_RUN, S_START, S_MEM, S_SIDE, S_SCAN, S_COMM, S_KERNEL, S_PRED,
+            S_PROJ, S_ENV, S_RUN_ENV, S_BOOK)

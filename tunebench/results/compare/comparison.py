@@ -1,8 +1,8 @@
 """Regression comparison of results against a reference CSV: join, judge every metric, write the findings.
 
 The command line is tunebench.cli.compare; the rules (families, thresholds, noise bands) are
-tunebench.results.compare.rules; steady time and throughput metrics with step samples (tunebench.results.compare.samples)
-are judged by significance and effect size in tunebench.results.compare.steady.
+tunebench.results.compare.rules; steady time and throughput metrics with step samples
+(tunebench.results.compare.samples) are judged by significance and effect size in tunebench.results.compare.steady.
 """
 
 from __future__ import annotations
@@ -364,24 +364,14 @@ def compare_paths(
     except ValueError as exc:
         raise CompareInputError(str(exc)) from None
     results_csv = resolve_results_csv(results)
-    ref_df, new_df = load_csv(resolve_results_csv(reference, "reference"), "reference"), load_csv(results_csv, "results")
+    ref_df = load_csv(resolve_results_csv(reference, "reference"), "reference")
+    new_df = load_csv(results_csv, "results")
     (ref_runs, ref_where), (new_runs, new_where) = load_samples(reference), load_samples(results)
-    result = compare_frames(
-        ref_df,
-        new_df,
-        keys=keys,
-        thresholds=thresholds,
-        directions=directions,
-        metrics=metrics,
-        allow_missing=allow_missing,
-        min_effects=min_effects,
-        reference_samples=ref_runs,
-        results_samples=new_runs,
-        sample_sources=(ref_where, new_where),
-    )
-    result.notes.insert(
-        0, f"reference: `{reference}` ({len(ref_df)} rows); results: `{results_csv}` ({len(new_df)} rows)"
-    )
+    result = compare_frames(ref_df, new_df, keys=keys, thresholds=thresholds, directions=directions, metrics=metrics,
+                            allow_missing=allow_missing, min_effects=min_effects, reference_samples=ref_runs,
+                            results_samples=new_runs, sample_sources=(ref_where, new_where))
+    result.notes.insert(0, f"reference: `{reference}` ({len(ref_df)} rows); "
+                           f"results: `{results_csv}` ({len(new_df)} rows)")
     out = Path(out_dir) if out_dir is not None else results_csv.parent / "compare"
     write_outputs(result, out, charts=charts)
     return result

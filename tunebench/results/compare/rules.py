@@ -11,15 +11,16 @@ Which columns are metrics, their family and their better direction come from the
 | memory_mib  | `mem_nvidia_*` (nvidia-smi, MiB)                            | 10 %      | 1 MiB        |
 | loss        | `train_loss` (two-sided)                                    | 5 %       | 0            |
 | energy      | `energy_*`, `steady_energy_*`                               | 15 %      | 0            |
-| startup, whole_run, phase | start-up and wall times, whole-run throughput, one step's phase times | informational unless asked |
+| startup, whole_run, phase | start-up and wall times, whole-run throughput, one step's phase times | informational
+unless asked |
 | utilization, stability, count, ratio | GPU util, CVs, token counts, padding   | informational, never flagged |
 
 Steady step-time and throughput metrics with step samples on both sides are judged by significance and effect
 size instead (tunebench.results.compare.steady): `--min_effect time=3` sets their minimum effect (default 5 %).
 Every other metric, and those without samples, is flagged only when its relative change is beyond the threshold in
-the bad direction AND beyond the noise band (the larger max-min range of the repeats on either side, as % of the reference median) AND larger
-in absolute terms than "ignore below" (so a 0 -> 4 KiB temporaries change is not a +inf % regression).
-A change of exactly the threshold is not flagged. The same test in the good direction is an improvement;
+the bad direction AND beyond the noise band (the larger max-min range of the repeats on either side, as % of the
+reference median) AND larger in absolute terms than "ignore below" (so a 0 -> 4 KiB temporaries change is not a +inf %
+regression). A change of exactly the threshold is not flagged. The same test in the good direction is an improvement;
 a two-sided metric beyond its band is always a regression (a loss that moves either way means the numerics
 changed). Override per metric, glob or family name: ``--threshold mfu=5 --threshold memory=20
 --direction train_loss=ignore``.

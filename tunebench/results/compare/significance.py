@@ -144,13 +144,17 @@ def side(runs: list[np.ndarray], *, replicates: int = REPLICATES, seed: int = SE
     values = tuple(float(v) for v in np.median([np.quantile(r, quantiles) for r in runs], axis=0))
     if k >= MIN_RUNS_TO_RESAMPLE:
         # Two-stage: draw k runs with replacement, then block-resample each draw independently (k·B draws a run).
-        within = np.stack([circular_replicates(r, b, k * replicates, rng, quantiles) for r, b in zip(runs, blocks, strict=True)])
+        within = np.stack(
+            [circular_replicates(r, b, k * replicates, rng, quantiles) for r, b in zip(runs, blocks, strict=True)]
+        )
         chosen = rng.integers(0, k, size=(replicates, k))
         column = np.arange(k)[None, :] * replicates + np.arange(replicates)[:, None]
         stats = np.median(within[chosen, :, column], axis=1).T  # (quantiles, replicates)
         units = k
     else:
-        within = np.stack([circular_replicates(r, b, replicates, rng, quantiles) for r, b in zip(runs, blocks, strict=True)])
+        within = np.stack(
+            [circular_replicates(r, b, replicates, rng, quantiles) for r, b in zip(runs, blocks, strict=True)]
+        )
         stats = np.median(within, axis=0)
         units = sum(-(-len(r) // b) for r, b in zip(runs, blocks, strict=True))
     correction = units / (units - 1) if units > 1 else math.inf

@@ -159,7 +159,9 @@ def warning(parity: dict[str, Any]) -> str | None:
 def _band_words(parity: dict[str, Any]) -> str:
     if parity.get("loss_parity_band") is None:
         return ", no band measured"
-    return f", band of repeat noise {100 * parity['loss_parity_band']:.3g} % from the {parity['loss_parity_band_source']}"
+    return (
+        f", band of repeat noise {100 * parity['loss_parity_band']:.3g} % from the {parity['loss_parity_band_source']}"
+    )
 
 
 def parity_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:

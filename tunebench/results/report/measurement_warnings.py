@@ -67,5 +67,6 @@ def chart_note(labels: pd.Series, warnings: pd.Series, index: pd.Index, what: st
     if not rows:
         return ""
     items = "".join(f"<li>{html.escape(str(label))}: {html.escape(text)}</li>" for label, text in rows)
-    return (f'<div class="warn-summary">{warn_mark()}{len(rows)} of the {len(index)} rows plotted in {html.escape(what)} '
+    return (f'<div class="warn-summary">{warn_mark()}{len(rows)} of the {len(index)} rows plotted in '
+            f'{html.escape(what)} '
             f"carry a measurement warning (their points are ringed and marked !):<ul>{items}</ul></div>")

@@ -138,5 +138,9 @@ def test_stopping_a_concurrent_run_kills_every_experiment_and_resume_reruns_only
     frame = pd.read_csv(out / "raw_summary.csv")
     # This matrix's three rows lead, all ok; the interrupted runs of the earlier (endless) edition stay on disk
     # and so in the CSV, as their error rows.
-    assert list(frame["status"][:3]) == ["ok", "ok", "ok"] and list(frame["scenario"][:3]) == ["quick", "long-a", "long-b"]
+    assert list(frame["status"][:3]) == ["ok", "ok", "ok"] and list(frame["scenario"][:3]) == [
+        "quick",
+        "long-a",
+        "long-b",
+    ]
     assert list(frame["status"][3:]) == ["error", "error"] and (frame["max_steps"][3:] == 100000).all()

@@ -75,8 +75,18 @@ def test_gpu_experiments_get_the_gpus_ray_assigned(tmp_path, cache):
     from tunebench.execution.executors.ray import RayExecutor
     from tunebench.execution.progress import MatrixProgress
 
-    planned = typed(expand([Scenario(f"g{i}", [None], {"model_name_or_path": ["preset:llama-tiny"]}) for i in range(2)],
-                           {BASELINE: FrameworkConfig(BASELINE)}, dict(TINY_DEFAULTS), {}, Matrices([2]), "cuda", {}, []))
+    planned = typed(
+        expand(
+            [Scenario(f"g{i}", [None], {"model_name_or_path": ["preset:llama-tiny"]}) for i in range(2)],
+            {BASELINE: FrameworkConfig(BASELINE)},
+            dict(TINY_DEFAULTS),
+            {},
+            Matrices([2]),
+            "cuda",
+            {},
+            [],
+        )
+    )
     rows = {}
     try:
         ray.init(address="local", num_cpus=4, num_gpus=4, runtime_env=RUNTIME_ENV, log_to_driver=False)

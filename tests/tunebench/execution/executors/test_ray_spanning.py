@@ -147,8 +147,20 @@ def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, c
     out = tmp_path / "out"
     planned = ddp(max_steps=100000)  # runs until a node dies
     rows = []
-    runner = threading.Thread(target=lambda: rows.extend(run_matrix(planned, RunOptions(
-        output_dir=out, timeout_seconds=600, extra_env=ONE_THREAD, executor="ray", settings=(RaySettings(transfer="shared"),)))))
+    runner = threading.Thread(
+        target=lambda: rows.extend(
+            run_matrix(
+                planned,
+                RunOptions(
+                    output_dir=out,
+                    timeout_seconds=600,
+                    extra_env=ONE_THREAD,
+                    executor="ray",
+                    settings=(RaySettings(transfer="shared"),),
+                ),
+            )
+        )
+    )
     runner.start()
     # Both nodes training: node 1's log shows its rank past the rendezvous (its first step's scan files come
     # later), and rank 0 has written its steps' progress.
@@ -164,7 +176,9 @@ def test_a_raylet_killed_mid_run_is_an_error_row_and_nothing_is_left(tmp_path, c
     message = row["error_messages"]
     assert row["status"] == "error" and message.startswith("node "), message
     assert "NodeDiedError" in message or "died" in message, message
-    leftovers = subprocess.run(["pgrep", "-f", str(out / planned[0].folder_name)], capture_output=True, text=True).stdout.split()
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(out / planned[0].folder_name)], capture_output=True, text=True
+    ).stdout.split()
     assert leftovers == [], leftovers  # every node's launcher and ranks are gone
     assert set(group_states().values()) == {"REMOVED"}
 

@@ -145,7 +145,8 @@ def test_ctrl_c_cancels_every_job(tmp_path, pinned_model):
     assert rows == {}  # nothing finished: both were interrupted
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and any(
-            subprocess.run(["pgrep", "-f", str(out / e.folder_name)], capture_output=True).returncode == 0 for e in planned):
+            subprocess.run(["pgrep", "-f", str(out / e.folder_name)], capture_output=True).returncode == 0
+            for e in planned):
         time.sleep(0.5)
     for experiment in planned:  # the job, its launcher and its ranks are gone
         assert subprocess.run(["pgrep", "-f", str(out / experiment.folder_name)], capture_output=True).returncode == 1

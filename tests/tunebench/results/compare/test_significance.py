@@ -266,7 +266,10 @@ def test_reference_sidecar_round_trip_then_compare(tmp_path, capsys):
                              "--no_charts"])  # fmt: skip
     assert code == 1
     outliers = pd.read_csv(out / "outliers.csv")
-    assert set(zip(outliers["label"], outliers["metric"], strict=True)) == {("scenario-aa", MEDIAN), ("scenario-aa", TPS)}
+    assert set(zip(outliers["label"], outliers["metric"], strict=True)) == {
+        ("scenario-aa", MEDIAN),
+        ("scenario-aa", TPS),
+    }
     assert (outliers["method"] == "block bootstrap").all() and (outliers["p_value"] < 0.01).all()
     assert (outliers["why"] == "torch_version 2.11.0 → 2.13.0").all()
     summary = (out / "summary.md").read_text()

@@ -104,7 +104,10 @@ def test_tables_show_the_csv_numbers(results_csv):
     assert padding[0][:4] == ["experiment", "lengths", "padding", "attention kernel"]
     assert [row[1] for row in padding[1:]] == ["fixed", "fixed", "uniform", "uniform", "uniform"]
     worst = page.tables["predictions"]
-    assert worst[0] == ["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"] and worst[1][2] == "+1.00 %"
+    assert (
+        worst[0] == ["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"]
+        and worst[1][2] == "+1.00 %"
+    )
 
 
 def test_failures_table_has_status_class_and_error_line(results_csv):

@@ -33,8 +33,13 @@ def _after(table: list[list[str]], classes: list[str], label: str) -> tuple[list
 
 @pytest.fixture
 def warned_rows() -> list[dict]:
-    return [run_row(1, 4, measurement_warning=CV_WARNING), run_row(2, 4), run_row(1, 8, measurement_warning=FEW_WARNING),
-            run_row(2, 8), failed_row(16, "oom", "torch.OutOfMemoryError: CUDA out of memory")]
+    return [
+        run_row(1, 4, measurement_warning=CV_WARNING),
+        run_row(2, 4),
+        run_row(1, 8, measurement_warning=FEW_WARNING),
+        run_row(2, 8),
+        failed_row(16, "oom", "torch.OutOfMemoryError: CUDA out of memory"),
+    ]
 
 
 def test_warnings_are_counted_at_the_top_and_shown_beside_each_rows_steady_figures(warned_rows):
