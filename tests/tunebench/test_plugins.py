@@ -82,7 +82,7 @@ def test_a_run_uses_the_installed_tracker_and_launcher(installed, tmp_path):
     marks = list(out.glob("*/launched-by-marked-python"))
     assert len(marks) == 1 and "tunebench.experiment.train" in marks[0].read_text()
     # The tracker's columns are declared (its COLUMNS): a metric in the benchmarks view, not a configuration.
-    check = subprocess.run([sys.executable, "-c", "from tunebench.results import columns; "
+    check = subprocess.run([sys.executable, "-c", "from tunebench.results.columns import lookup as columns; "
                             "print(columns.kind_of('demo_wall_seconds'), columns.metric_family('demo_wall_seconds'))"],
                            capture_output=True, text=True, cwd=REPO, env=_env(installed), timeout=120)
     assert check.stdout.split() == ["metric", "startup"], check.stderr[-2000:]

@@ -3,7 +3,7 @@
 Each field's metadata carries its `help`; numbers have a range (tunebench.experiment.ranges.ENTRY_RANGES; argparse
 takes every metadata key as an option, so ranges live beside the fields). The harness checks every experiment
 against them before anything runs, and the README's argument table is made from them
-(`python -m tunebench.experiment.reference_tables`), so the two cannot drift apart.
+(`python -m tunebench.cli.readme_tables`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
