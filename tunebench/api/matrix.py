@@ -34,7 +34,7 @@ from tunebench.matrix.inputs import (
     parse_scenarios,
 )
 from tunebench.matrix.validation import Sources, validate
-from tunebench.telemetry.gpus import query_gpus
+from tunebench.telemetry.gpus import query_gpus, usable_gpus
 from tunebench.vocabulary import Device
 
 logger = logging.getLogger(__name__)
@@ -100,20 +100,33 @@ class MatrixInputs:
     """What every matrix of a session shares, read once: the machine (device, GPUs) and the input files."""
 
     device_type: str
-    gpus: list
+    gpus: list  # those this harness may use: every GPU nvidia-smi lists, or those CUDA_VISIBLE_DEVICES names
     defaults: dict[str, Any]
     framework_configs: dict[str, FrameworkConfig]
     accelerate_config: dict[str, Any]
     defaults_path: str
     framework_configs_path: str
+    gpu_slots: list = field(default_factory=list)  # the CUDA_VISIBLE_DEVICES entry a child gets for each of gpus
 
     @classmethod
     def load(cls, options: MatrixOptions, problems: list[InputProblem]) -> MatrixInputs:
         """Ask nvidia-smi (unless the device is the CPU) and read the shared files; problems are appended."""
-        gpus = query_gpus() if options.device in (Device.AUTO, Device.CUDA) else []
+        gpus, slots = _usable_gpus(problems) if options.device in (Device.AUTO, Device.CUDA) else ([], [])
         return cls(resolve_device(options.device, gpus), gpus, load_defaults(options.defaults, problems),
                    load_framework_configs(options.framework_configs, problems),
-                   load_yaml(options.accelerate_config, problems) or {}, options.defaults, options.framework_configs)
+                   load_yaml(options.accelerate_config, problems) or {}, options.defaults, options.framework_configs,
+                   slots)
+
+
+def _usable_gpus(problems: list[InputProblem]) -> tuple[list, list]:
+    """nvidia-smi's GPUs as far as the CUDA_VISIBLE_DEVICES this harness was started with allows."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        return usable_gpus(query_gpus(), visible, os.environ.get("CUDA_DEVICE_ORDER"))
+    except ValueError as exc:
+        problems.append(InputProblem("environment", "CUDA_VISIBLE_DEVICES", str(exc),
+                                     "name the GPUs to use as `nvidia-smi -L` lists them, or unset it to use all"))
+        return [], []
 
 
 @dataclass
@@ -122,11 +135,12 @@ class Matrix:
 
     experiments: list[ExperimentSpec]
     device_type: str
-    gpus: list
+    gpus: list  # the GPUs this matrix may use (CUDA_VISIBLE_DEVICES respected)
     options: MatrixOptions
     # Scenarios given in Python (not a file the options name), kept so the matrix can be built again for a device
     scenario_file: ScenarioFile | None = field(default=None, repr=False, compare=False)
     scenarios_source: str | None = field(default=None, repr=False, compare=False)
+    gpu_slots: list = field(default_factory=list, repr=False, compare=False)  # each GPU's CUDA_VISIBLE_DEVICES entry
 
     @classmethod
     def from_yaml(cls, scenarios: str | None = None, **options) -> Matrix:
@@ -193,7 +207,7 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
                                      "add a scenario, or check the matrix options"))
     if problems:
         raise InputError(problems)
-    return Matrix(experiments, inputs.device_type, inputs.gpus, options, *given)
+    return Matrix(experiments, inputs.device_type, inputs.gpus, options, *given, gpu_slots=inputs.gpu_slots)
 
 
 def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: ScenarioFile, source: str,

@@ -145,7 +145,7 @@ def run_options(matrix: Matrix, settings: RunSettings, predictions: dict, sessio
     return RunOptions(
         output_dir=Path(settings.results_output_path), accelerate_config_path=matrix.options.accelerate_config,
         timeout_seconds=settings.timeout, dry_run=settings.dry_run, resume=settings.resume,
-        available_gpus=list(range(len(matrix.gpus))),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
+        available_gpus=list(matrix.gpu_slots),  # CUDA ordinals under CUDA_DEVICE_ORDER=PCI_BUS_ID
         cpu_slots=settings.cpu_slots, exclusive_timing=settings.exclusive_timing, extra_env=extra_env,
         preload=settings.preload, launcher=settings.launcher, executor=settings.executor,
         settings=tuple(settings.plugin_settings), trackers=tuple(dict.fromkeys(trackers)), predictions=predictions,

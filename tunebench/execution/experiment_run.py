@@ -38,7 +38,7 @@ class RunOptions:
     timeout_seconds: float | None = 3600.0
     dry_run: bool = False
     resume: bool = True
-    available_gpus: list[int] = field(default_factory=list)
+    available_gpus: list[int | str] = field(default_factory=list)  # CUDA_VISIBLE_DEVICES entries
     cpu_slots: int = 0  # CPU: process slots to pack onto (0 = the machine's cores)
     exclusive_timing: bool = False  # every experiment alone on its machine
     extra_env: dict[str, str] = field(default_factory=dict)

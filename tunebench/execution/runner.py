@@ -83,7 +83,10 @@ def _decided(index: int, experiment: ExperimentSpec, options: RunOptions, rows: 
     reason = skip_reason(experiment, len(options.available_gpus) if here else None,
                          cpu_slots(options) if here else None) or predicted_oom(experiment, options)
     if options.dry_run:  # a dry run plans for the GPUs the experiment asks for, present or not
-        row = run_one(experiment, list(range(experiment.num_gpus)) if experiment.device_type == "cuda" else [], options)
+        usable = options.available_gpus if len(options.available_gpus) >= experiment.num_gpus else \
+            range(experiment.num_gpus)
+        row = run_one(experiment, list(usable[:experiment.num_gpus]) if experiment.device_type == "cuda" else [],
+                      options)
         note = row.get("error_messages") or (f"would be skipped here: {reason}" if reason else "")
         rows[index] = {**row, "error_messages": note}
         return True

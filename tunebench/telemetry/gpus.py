@@ -204,3 +204,25 @@ def resolve_visible_gpus(
             )
         selected.append(gpu)
     return selected
+
+
+def usable_gpus(gpus: list[GpuInfo], cuda_visible_devices: str | None,
+                cuda_device_order: str | None) -> tuple[list[GpuInfo], list[int | str]]:
+    """The GPUs a harness started under `cuda_visible_devices` may hand out, and the CUDA_VISIBLE_DEVICES entry
+    each child gets for it (its PCI-order ordinal: children run under CUDA_DEVICE_ORDER=PCI_BUS_ID; a MIG
+    instance keeps its UUID, which no ordinal names). Unset: every GPU nvidia-smi lists. A user who shares a
+    node with `CUDA_VISIBLE_DEVICES=2,3` means those two; the harness must not start work on the others.
+
+    Integer entries are CUDA ordinals in CUDA's order: PCI order, or CUDA's default (fastest first) on a node of
+    one GPU model, where its ties fall back to PCI order; ValueError where nvidia-smi cannot tell the order."""
+    by_pci = sorted(gpus, key=lambda g: _pci_sort_key(g.pci_bus_id))
+    if cuda_visible_devices is None:
+        return by_pci, list(range(len(by_pci)))
+    same_model = len({g.name for g in gpus}) <= 1
+    unset_or_default = cuda_device_order in (None, "", "FASTEST_FIRST")
+    order = "PCI_BUS_ID" if unset_or_default and same_model else (cuda_device_order or "FASTEST_FIRST")
+    chosen = resolve_visible_gpus(cuda_visible_devices, gpus, cuda_device_order=order)
+    entries = [e.strip() for e in cuda_visible_devices.split(",") if e.strip()][:len(chosen)]
+    slots: list[int | str] = [entry if entry.startswith("MIG-") else by_pci.index(gpu)
+                              for entry, gpu in zip(entries, chosen, strict=True)]
+    return chosen, slots

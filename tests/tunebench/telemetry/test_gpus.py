@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from tests.fixtures.harness import FAKES
-from tunebench.telemetry.gpus import GpuInfo, query_gpus, resolve_visible_gpus
+from tunebench.telemetry.gpus import GpuInfo, query_gpus, resolve_visible_gpus, usable_gpus
 from tunebench.telemetry.poll_log import parse_poll_text, summarize_poll_log
 
 UUID_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
@@ -199,6 +199,29 @@ def test_indices_need_pci_bus_order():
         resolve_visible_gpus("0", INVENTORY, cuda_device_order="FASTEST_FIRST")
     # UUIDs do not depend on the order.
     assert resolve_visible_gpus(G0.uuid, INVENTORY, cuda_device_order="FASTEST_FIRST") == [G0]
+
+
+@pytest.mark.parametrize(
+    ("cvd", "order", "gpus", "slots"),
+    [
+        (None, None, [G1, G2, G0], [0, 1, 2]),  # unset: all of them, each under its PCI-order ordinal
+        ("2,0", None, [G0, G1], [2, 0]),  # CUDA's default order on one GPU model ties to PCI order
+        ("2,0", "FASTEST_FIRST", [G0, G1], [2, 0]),
+        (f"{G0.uuid},1", "PCI_BUS_ID", [G0, G2], [2, 1]),  # a UUID becomes the ordinal children see
+        ("MIG-33333333-cccc", None, [G1], ["MIG-33333333-cccc"]),  # no ordinal names a MIG instance
+        ("1,-1,0", None, [G2], [1]),
+        ("", None, [], []),
+    ],
+)
+def test_usable_gpus_are_those_cuda_visible_devices_names(cvd, order, gpus, slots):
+    assert usable_gpus(INVENTORY, cvd, order) == (gpus, slots)
+
+
+def test_usable_gpus_refuse_ordinals_whose_order_nvidia_smi_cannot_tell():
+    mixed = [G0, GpuInfo(1, "GPU-99", "00000000:07:00.0", "NVIDIA A100-SXM4-80GB", 81920.0, "550.54.15")]
+    with pytest.raises(ValueError, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        usable_gpus(mixed, "0", None)  # fastest first on two models: not nvidia-smi's order
+    assert usable_gpus(mixed, "0", "PCI_BUS_ID") == ([mixed[1]], [0])
 
 
 def test_no_gpus_resolves_to_nothing():
