@@ -4,13 +4,14 @@
 #   STEP=a bash scripts/gpu/acceleration_memory.sh  # compile (default), Liger, flex: 1B, 8B, qwen3, smollm3 (12 rows)
 #   STEP=b ...                                      # compile max-autotune-no-cudagraphs on the same four (4 rows)
 #   STEP=c ...                                      # sweeps at the fit map's edge: compile and Liger on 2 models
+#   STEP=x4 BUDGET=480 ...                          # a, b and c in one call on nvidia-h100-x4 (one row per GPU)
 # Estimates (H100 host, 16 cores; compile times of the acceleration evidence: 47-98 s): a ~8 min (two harnesses
 # side by side on the GPU, 1B/unseen rows beside the 8B's: at most ~67 GB together), b ~8-10 min (autotuning
 # dominates), c ~8 min (8 runs one after another: a sweep's second run must find the GPU to itself).
 # Carry .whl: bash ../shared/device/wheels.sh .whl liger-kernel==0.8.5 (liger-kernel is a 0.9 MB pure-Python
 # wheel; triton comes with the image's torch). $OUT gets am-<step>.tgz (CSVs and each experiment's small files).
 set -uo pipefail
-step=${STEP:?STEP=a|b|c}
+step=${STEP:?STEP=a|b|c|x4}
 out=${OUT:-/tmp/am-out}
 budget=${BUDGET:-500}
 mkdir -p "$out" .site
@@ -32,6 +33,24 @@ case "$step" in
      wait ;;
   c) run am/c-sweeps scripts/gpu/scenarios-acceleration-sweeps.yaml \
        "$(python3 -c 'import yaml; print(",".join(s["name"] for s in yaml.safe_load(open("scripts/gpu/scenarios-acceleration-sweeps.yaml"))["scenarios"]))')" ;;
+  x4) # a, b and c in one harness on nvidia-h100-x4, one experiment per GPU (--max_concurrent 4): every row has a
+      # GPU to itself, so a sweep's second run finds its GPU as the fit map plans it; the autotuned rows go first
+      # (the longest), then the others fill the gaps
+      python3 - <<'PY'
+import yaml
+memory = yaml.safe_load(open("scripts/gpu/scenarios-acceleration-memory.yaml"))
+sweeps = yaml.safe_load(open("scripts/gpu/scenarios-acceleration-sweeps.yaml"))
+assert memory["data_processing"] == sweeps["data_processing"]
+first = [s for s in memory["scenarios"] if s["name"].startswith("am-autotune")]
+rest = [s for s in memory["scenarios"] if s not in first and s["name"] != "am-sweep"]
+yaml.safe_dump({"data_processing": memory["data_processing"], "scenarios": first + rest + sweeps["scenarios"]},
+               open("am/scenarios-x4.yaml", "w"), sort_keys=False)
+print(",".join(s["name"] for s in first + rest + sweeps["scenarios"]), file=open("am/names-x4", "w"))
+PY
+      TUNEBENCH_CACHE="$PWD/.cache-x4" timeout --signal=INT "$budget" python3 benchmark.py \
+        --scenarios_config_path am/scenarios-x4.yaml --results_output_path am/x4 --run_only_scenarios \
+        "$(cat am/names-x4)" --timeout 900 --max_concurrent 4 > am/x4.log 2>&1
+      echo "$(date +%T) am/x4: exit $?" | tee -a "$out/step.log" ;;
   *) echo "unknown STEP $step" >&2; exit 2 ;;
 esac
 for f in am/*/*/stderr.log; do tail -n 40 "$f" > "${f%.log}.tail"; done 2>/dev/null

@@ -4,13 +4,16 @@
 #                                           # GPUs, QLoRA's storage probes on 2; the one-GPU rows again, exclusive
 #   STEP=b bash scripts/gpu/gpu_counts.sh   # the 8B on 2 and 4 GPUs (and on one: skipped by the plan); the 2-GPU
 #                                           # rows again, exclusive; Ray: one 4-GPU experiment over two 2-GPU nodes
+#   STEP=e BUDGET=500 ...                   # the QLoRA rows d left, then Ray from .ray-xz: Ray 2.60.0 unzipped,
+#                                           # binaries stripped, ray/{data,serve,tune,llm,train} dropped, tar.xz
+#                                           # (16.8 MB: carried in one call with .whl and .whl-bnb, not liger)
 # Scenarios: scripts/gpu/scenarios-gpu-counts.yaml. Carry: .whl (trl, datasets), .whl-bnb (scripts/gpu/
 # slim_wheel.py), and Ray's slimmed wheel in two halves, .whl-ray-a in the first call and .whl-ray-b in the second
 # (the machine stays warm between them: the halves meet in .site/ray-parts). Every harness run is bounded so the
 # call ends in time; $OUT gets <step>.tgz (the results folders without trainer output and logs, each experiment's
 # stderr tail), gpus.csv, topology.txt and step.log.
 set -uo pipefail
-step=${STEP:?STEP=a|b|c|d}
+step=${STEP:?STEP=a|b|c|d|e}
 out=${OUT:-/tmp/gc-out}
 started=$(date +%s)
 deadline=$((started + ${BUDGET:-560}))
@@ -78,6 +81,21 @@ case "$step" in
     bench 8b-qlora 130 --num_gpus_matrix 2 4 --max_concurrent 4 --run_only_scenarios gc-8b-qlora
     bench rest-exclusive 150 --num_gpus_matrix 1 2 --exclusive_timing --run_only_scenarios gc-1b-full gc-1b-lora \
       gc-1b-lora-par
+    ;;
+  e)  # what d's budget left: QLoRA+FSDP2 on 4 GPUs, QLoRA+FSDP1, the 8B QLoRA+FSDP2 rows on 2 and 4 GPUs (its
+      # 4-bit checkpoint written once, then read by both); then Ray over two nodes from .ray-xz (below)
+    bench qlora-e 330 --num_gpus_matrix 2 4 --max_concurrent 4 --timeout 300 --run_only_scenarios gc-8b-qlora \
+      gc-1b-qlora-par gc-1b-qlora-fsdp1
+    if [ -f .ray-xz/ray-2.60.0-stripped.tar.xz ]; then
+      mkdir -p .site/ray && tar -xJf .ray-xz/ray-2.60.0-stripped.tar.xz -C .site/ray \
+        && python3 -m pip install -q --no-index --no-deps --no-compile --target .site/ray .ray-xz/*.whl \
+        && RAY=1 && log "ray installed: $(PYTHONPATH=$PWD/.site/ray python3 -c 'import ray; print(ray.__version__)')"
+    fi
+    if [ "${RAY:-0}" = 1 ] && [ "$(left)" -gt 120 ]; then
+      PYTHONPATH="$PYTHONPATH:$PWD/.site/ray" timeout --signal=INT --kill-after=20 $(($(left) - 40)) \
+        python3 scripts/gpu/ray_two_nodes.py .work/gc/ray --timeout $(($(left) - 70)) >> .work/gc/ray.log 2>&1
+      log "ray: exit $?"
+    fi
     ;;
   d)  # the QLoRA rows again once the main process writes the random checkpoint first (c's all failed on it)
     bench qlora-d 140 --num_gpus_matrix 1 2 --max_concurrent 4 --run_only_scenarios gc-8b-qlora gc-1b-qlora \

@@ -56,14 +56,16 @@ def scenario_table(rows: pd.DataFrame) -> list[str]:
 
 
 def throughput_check(frame: pd.DataFrame) -> list[str]:
-    rows = frame[(frame["scenario"] == "z-full-1b") & (frame["status"] == "ok")].set_index("framework_config")
+    # z-speed-1b: the pair alone on the machine (older runs had it inside z-full-1b)
+    scenario = "z-speed-1b" if (frame["scenario"] == "z-speed-1b").any() else "z-full-1b"
+    rows = frame[(frame["scenario"] == scenario) & (frame["status"] == "ok")].set_index("framework_config")
     if not {"none", "corpus-uniform"} <= set(rows.index):
-        return ["z-full-1b: no baseline and corpus-uniform pair: no throughput comparison."]
+        return [f"{scenario}: no baseline and corpus-uniform pair: no throughput comparison."]
     tps = rows["steady_nonpad_tokens_per_second"]
     markov = [tps[c] for c in ("none", "loss-band-1", "loss-band-2") if c in tps.index]
     ratio = tps["none"] / tps["corpus-uniform"]
     mean = sum(markov) / len(markov)
-    return [f"z-full-1b steady tokens/s: learnable corpus {', '.join(f'{v:,.0f}' for v in markov)} (baseline and "
+    return [f"{scenario} steady tokens/s: learnable corpus {', '.join(f'{v:,.0f}' for v in markov)} (baseline and "
             f"band runs: spread {100 * (max(markov) - min(markov)) / mean:.2f} %), uniform corpus "
             f"{tps['corpus-uniform']:,.0f}: baseline ÷ uniform = {ratio:.4f} ({100 * (ratio - 1):+.2f} %), mean of the "
             f"learnable runs ÷ uniform = {mean / tps['corpus-uniform']:.4f}. Within 1 %: "

@@ -3,6 +3,8 @@
 #   STEP=1b bash scripts/gpu/loss_parity_evidence.sh   # z-full-1b, z-lora-1b: 15 rows, ~9 min on one H100
 #   STEP=7b bash scripts/gpu/loss_parity_evidence.sh   # z-lora-8b, z-full-7b, z-packed-1b: 12 rows, ~9 min
 # (About 30 s an experiment on H100, most of it start-up; torch.compile's about 85 s: issue R's evidence.)
+# MAX_CONCURRENT=4 on nvidia-h100-x4 packs the rows on four GPUs (z-speed-1b, the throughput pair, runs alone):
+#   STEP=all MAX_CONCURRENT=4 BUDGET_PLAIN=330 BUDGET_BNB=120 bash scripts/gpu/loss_parity_evidence.sh
 # Carry: .whl (trl, datasets, dill, multiprocess; liger-kernel too, else the Liger rows are left out with a line
 # saying so) and .whl-bnb (bitsandbytes, slimmed by scripts/gpu/slim_wheel.py). Each step runs two passes into
 # the same results folder: the configs without bitsandbytes (PEFT and TRL preloaded once), then those with it
@@ -11,7 +13,7 @@
 # tables: scripts/gpu/loss_parity_doc.py), loss-parity-<step>.tgz (the CSVs and every experiment's small files)
 # and step.log. Afterwards: python scripts/gpu/loss_band_rows.py <raw_summary.csv> docs/evidence/loss-parity-h100.md
 set -uo pipefail
-step=${STEP:?STEP=1b|7b}
+step=${STEP:?STEP=1b|7b|all}
 results=${RESULTS:-.work/loss-parity}
 out=${OUT:-/tmp/z-out}
 mkdir -p "$out" .site .work/z
@@ -29,6 +31,7 @@ run_pass() {  # $1: plain | bnb, $2: budget in seconds
   python3 scripts/gpu/loss_parity_prepare.py --step "$step" --pass "$1" --out .work/z | tee -a "$out/step.log"
   timeout --signal=INT "$2" python3 benchmark.py --scenarios_config_path ".work/z/scenarios-$1.yaml" \
     --framework_configs_path .work/z/framework_configs.yaml --results_output_path "$results" --timeout 300 \
+    --max_concurrent "${MAX_CONCURRENT:-1}" \
     >> .work/z/log.txt 2>&1
   log "$1 pass: exit $?"
 }
