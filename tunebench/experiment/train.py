@@ -262,6 +262,17 @@ def _error_class(exc: BaseException) -> str:
     return "error"
 
 
+ERROR_CHARS = 4000  # as tunebench.execution.failures keeps of a stderr tail
+
+
+def error_record(exc: BaseException) -> str:
+    """The exception's own line first, then as much of its traceback's end as fits: a long traceback's tail can
+    leave the line out (torch.compile's errors end in a 'from user code' trace of the model's frames)."""
+    headline = "".join(traceback.format_exception_only(exc)).strip()[:ERROR_CHARS // 4]
+    trace = "".join(traceback.format_exception(exc))
+    return f"{headline}\n{trace[-(ERROR_CHARS - len(headline) - 1):]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     from scanner.memory import process_start_epoch  # the process's own start time, from /proc
     from tunebench.experiment.startup import Startup
@@ -286,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         if results_json:
             write_json(Path(results_json).with_name(f"error_rank{rank}.json"), {
                 "status": Status.TIMEOUT if isinstance(exc, KeyboardInterrupt) else _error_class(exc),
-                "error_messages": "".join(traceback.format_exception(exc))[-4000:],
+                "error_messages": error_record(exc),
                 "rank": int(rank),
             })
         raise
