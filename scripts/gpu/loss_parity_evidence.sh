@@ -13,7 +13,7 @@
 # tables: scripts/gpu/loss_parity_doc.py), loss-parity-<step>.tgz (the CSVs and every experiment's small files)
 # and step.log. Afterwards: python scripts/gpu/loss_band_rows.py <raw_summary.csv> docs/evidence/loss-parity-h100.md
 set -uo pipefail
-step=${STEP:?STEP=1b|7b|all}
+step=${STEP:?STEP=1b|7b|all|8b-long}
 results=${RESULTS:-.work/loss-parity}
 out=${OUT:-/tmp/z-out}
 mkdir -p "$out" .site .work/z

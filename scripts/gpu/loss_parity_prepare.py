@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from tunebench.experiment.acceleration import needs_bitsandbytes  # noqa: E402
 
 STEPS = {"1b": ("z-speed-1b", "z-full-1b", "z-lora-1b"), "7b": ("z-lora-8b", "z-full-7b", "z-packed-1b")}
+STEPS["8b-long"] = ("z-lora-8b-long",)
 STEPS["all"] = STEPS["1b"] + STEPS["7b"]  # one harness for both, packed over several GPUs (MAX_CONCURRENT)
 
 

@@ -59,3 +59,24 @@ def preset_init_device(model_args, sft_config, state) -> str:
     if model_args.preset_init_device == "cpu" or sft_config.use_cpu or offload or not torch.cuda.is_available():
         return "cpu"
     return f"cuda:{state.local_process_index}"
+
+
+def reconcile_matmul_precision() -> str | None:
+    """Make torch's legacy float32 matmul precision agree with the new per-backend one, as set; returns what it set.
+
+    Why: transformers (torch >= 2.9) turns TF32 on for torch.compile through the new API only
+    (`torch.backends.fp32_precision = "tf32"`), and torch then refuses every read through the legacy one ("mix of
+    the legacy and new APIs"): inductor's max-autotune reads it choosing a matmul, so every max-autotune run failed
+    at its first step (H100/H200, torch 2.11). Setting the legacy value that means the same precision keeps both
+    views equal; the numerics do not change."""
+    import torch
+
+    try:
+        torch.get_float32_matmul_precision()
+        return None  # consistent already
+    except RuntimeError:
+        wanted = "high" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "highest"
+    torch.set_float32_matmul_precision(wanted)
+    logger.info("float32 matmul precision set to %r through the legacy API too (it was set through the new one)",
+                wanted)
+    return wanted

@@ -94,6 +94,7 @@ def _build(entry: tuple, startup) -> _Training:
 
     startup.mark("imports")
     quiet_renamed_checkpointing_warning()
+    components.reconcile_matmul_precision()  # SFTConfig may have set TF32 through the new API alone
     model_args, data_args, peft_args, bench_args, sft_config = entry
     memory_logging = parse_memory_logging(bench_args.memory_logging)
     if components.scanner_off_for_compile(bench_args, bool(sft_config.torch_compile)):
