@@ -70,14 +70,15 @@ def merge(rows: pd.DataFrame, into: Path) -> Path:
     return into
 
 
-def memory_table(rows: pd.DataFrame, cache: Path, replan: bool) -> pd.DataFrame:
-    """Predicted (this host, from spec.json) against measured per-rank categories, every ok row once."""
+def memory_table(rows: pd.DataFrame, cache: Path, replan: bool, device: str = H100,
+                 capacity_mib: int = 81559) -> pd.DataFrame:
+    """Predicted (this host, from spec.json, for `device`) against measured per-rank categories, every ok row once."""
     if cache.is_file() and not replan:
         return pd.read_csv(cache)
     out = []
     for _, row in rows[rows["status"] == "ok"].drop_duplicates("experiment_id").iterrows():
         spec = spec_of(Path(row["folder"]))
-        pred = plan_experiments([spec], 81559 * 2**20, device_name=H100)[spec.experiment_id]
+        pred = plan_experiments([spec], capacity_mib * 2**20, device_name=device)[spec.experiment_id]
         record = {"experiment_id": row["experiment_id"], "scenario": row["scenario"],
                   "framework_config": row["framework_config"], "num_gpus": row["num_gpus"],
                   "quantization": row.get("quantization"), "measured_peak": row["scan_mem_peak_allocated"],
