@@ -21,7 +21,7 @@ from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF  # noqa: E402
 
 COLUMNS = ["gpu_name", "capacity_bytes", "model_name_or_path", "gradient_checkpointing", "max_seq_len",
            "per_device_train_batch_size", "cuda_alloc_conf", "status", "pred_mem_peak",
-           "mem_peak_torch_max_allocated_bytes", "mem_peak_torch_max_reserved_bytes", "source"]
+           "mem_peak_torch_max_allocated_bytes", "mem_peak_torch_max_reserved_bytes", "source", "torch_compile"]
 BYTES = ["capacity_bytes", "pred_mem_peak", "mem_peak_torch_max_allocated_bytes", "mem_peak_torch_max_reserved_bytes"]
 
 
@@ -32,6 +32,7 @@ def sweep_rows(summary: pd.DataFrame, source: str) -> pd.DataFrame:
     conf = rows["cuda_alloc_conf"] if "cuda_alloc_conf" in rows else pd.Series(DEFAULT_ALLOC_CONF, index=rows.index)
     rows["cuda_alloc_conf"] = conf.fillna(DEFAULT_ALLOC_CONF)
     rows["source"] = source
+    rows["torch_compile"] = rows["torch_compile"].fillna(False).astype(bool) if "torch_compile" in rows else False
     for column in BYTES:
         rows[column] = pd.to_numeric(rows.get(column), errors="coerce").round().astype("Int64")
     return rows[COLUMNS]
@@ -39,6 +40,8 @@ def sweep_rows(summary: pd.DataFrame, source: str) -> pd.DataFrame:
 
 def main(summary_csv: str, source: str) -> None:
     existing = pd.read_csv(EDGE_FILE)
+    existing["torch_compile"] = existing["torch_compile"].fillna(False).astype(bool) if "torch_compile" in existing \
+        else False  # rows from before compilation was a key were eager ones
     new = sweep_rows(pd.read_csv(summary_csv), source)
     key = [*SWEEP_KEYS, "per_device_train_batch_size"]
     merged = pd.concat([existing, new]).drop_duplicates(subset=key, keep="last")

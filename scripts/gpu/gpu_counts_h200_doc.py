@@ -34,10 +34,10 @@ def main() -> int:
     for _, row in memory.iterrows():
         worst = max(CATEGORIES, key=lambda c: abs(row[f"predicted_{c}"] - row[f"measured_{c}"]))
         gap = row[f"predicted_{worst}"] - row[f"measured_{worst}"]
+        error = 100 * (row["predicted_peak"] / row["measured_peak"] - 1)
         print(f"| {row['scenario']} | {row['framework_config']} | {row['num_gpus']} | "
               f"{speed[row['experiment_id']]:,.0f} | {row['measured_peak'] / GIB:.3f} | "
-              f"{row['predicted_peak'] / GIB:.3f} | {100 * (row['predicted_peak'] / row['measured_peak'] - 1):+.3f} % | "
-              f"{worst} {gap / 2**20:+.1f} MiB |")
+              f"{row['predicted_peak'] / GIB:.3f} | {error:+.3f} % | {worst} {gap / 2**20:+.1f} MiB |")
     return 0
 
 

@@ -9,7 +9,11 @@ What it cannot give back (segment tails, the small-block pool, pages partly in u
 predicted peak's calibrated bound (planning.residuals) at the last micro-batch of a sweep that ran when the next
 one ran out, where the allocator held only what the step needed; `fits` adds it to the same bound. Each sweep in
 allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's rows) gives its last point; the
-slack is the largest of those measured with the same allocator setting.
+slack is the largest of those measured with the same allocator setting, and with compilation alike: a compiled
+step's buffers are planned and reused by inductor, so its allocator holds far less beyond the peak (H100/H200:
+0.03-0.33 GiB over every compiled row's peak, 0.07-2.2 GiB over Liger and flex rows'; docs/evidence/
+acceleration-memory-h100.md), and one slack for both made the fit map a micro-batch short for compiled rows. Where
+no compiled sweep has met its edge, compiled rows take the eager slack.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import functools
 import logging
 from pathlib import Path
 
+from tunebench.planning.accelerations import bound_extra
 from tunebench.planning.residuals import upper, upper_columns
 from tunebench.telemetry.environment import cuda_alloc_conf
 from tunebench.vocabulary import Status
@@ -25,7 +30,8 @@ from tunebench.vocabulary import Status
 logger = logging.getLogger(__name__)
 
 EDGE_FILE = Path(__file__).with_name("allocator_edge.csv")
-SWEEP_KEYS = ["gpu_name", "model_name_or_path", "gradient_checkpointing", "max_seq_len", "cuda_alloc_conf"]
+SWEEP_KEYS = ["gpu_name", "model_name_or_path", "gradient_checkpointing", "max_seq_len", "cuda_alloc_conf",
+              "torch_compile"]
 
 
 def sweep_edges(rows) -> list[dict]:
@@ -38,6 +44,9 @@ def sweep_edges(rows) -> list[dict]:
     if frame.empty:
         return []
     frame = frame.fillna({"cuda_alloc_conf": ""})
+    # rows from before compilation was a key were eager ones
+    frame["torch_compile"] = frame["torch_compile"].fillna(False).astype(bool) if "torch_compile" in frame \
+        else False
     edges = []
     for keys, sweep in frame.groupby(SWEEP_KEYS, dropna=False):
         ran = sweep[sweep["status"] == Status.OK].dropna(subset=["mem_peak_torch_max_reserved_bytes"])
@@ -50,7 +59,9 @@ def sweep_edges(rows) -> list[dict]:
         allocated = int(last["mem_peak_torch_max_allocated_bytes"])
         predicted = last.get("pred_mem_peak")
         if predicted is not None and pd.notna(predicted):  # over the bound `fits` adds the slack to (residuals)
-            allocated = upper(int(predicted), "peak", keys[0], keys[-1])
+            allocated = upper(int(predicted), "peak", keys[0], keys[SWEEP_KEYS.index("cuda_alloc_conf")])
+            if keys[SWEEP_KEYS.index("torch_compile")]:  # and a compiled step's margin (planning.accelerations)
+                allocated += bound_extra(int(predicted), "default", 0)
         slack = int(last["mem_peak_torch_max_reserved_bytes"]) - allocated
         edges.append(
             {
@@ -63,9 +74,9 @@ def sweep_edges(rows) -> list[dict]:
 
 
 @functools.lru_cache(maxsize=8)
-def edge_slack(alloc_conf: str | None = None) -> int:
+def edge_slack(alloc_conf: str | None = None, compiled: bool = False) -> int:
     """Bytes the allocator needs reserved beyond the allocated peak at a GPU's edge, for `alloc_conf` (the
-    experiments' setting by default): the largest measured, 0 where there is no measurement."""
+    experiments' setting by default) and a compiled step or not: the largest measured, 0 where there is none."""
     import pandas as pd
 
     conf = cuda_alloc_conf() if alloc_conf is None else alloc_conf
@@ -74,20 +85,23 @@ def edge_slack(alloc_conf: str | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         logger.warning("allocator edge data %s unreadable (%s): no slack predicted", EDGE_FILE, exc)
         return 0
-    same = [edge["slack"] for edge in edges if edge["cuda_alloc_conf"] == conf]
+    same = [edge for edge in edges if edge["cuda_alloc_conf"] == conf]
     if not same:
         logger.warning("no measured GPU edge with PYTORCH_CUDA_ALLOC_CONF=%r: the slack of other settings is "
                        "assumed", conf)
-        same = [edge["slack"] for edge in edges]
-    return max(same, default=0)
+        same = edges
+    alike = [edge["slack"] for edge in same if bool(edge["torch_compile"]) == compiled]
+    return max(alike or [edge["slack"] for edge in same if not edge["torch_compile"]] or [0])
 
 
-def verdict_columns(prediction: dict, capacity: int | None, cuda: bool, gpu_name: str | None) -> dict:
+def verdict_columns(prediction: dict, capacity: int | None, cuda: bool, gpu_name: str | None,
+                    compiled: bool = False) -> dict:
     """The prediction's calibrated bounds and its `fits` columns: on CUDA the peak's bound plus the allocator's
-    slack at the edge, judged against `capacity`; elsewhere the peak itself (no allocator, no GPU residuals)."""
+    slack at the edge (a compiled step's own), judged against `capacity`; elsewhere the peak itself (no
+    allocator, no GPU residuals)."""
     from tunebench.planning.predict import fit_columns
 
     if not cuda:
         return fit_columns(prediction["pred_mem_peak"], capacity)
     bounds = upper_columns(prediction, gpu_name)
-    return {**bounds, **fit_columns(bounds["pred_mem_peak_upper"], capacity, slack=edge_slack())}
+    return {**bounds, **fit_columns(bounds["pred_mem_peak_upper"], capacity, slack=edge_slack(compiled=compiled))}

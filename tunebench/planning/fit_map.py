@@ -81,7 +81,8 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             if batch not in memo:
                 row = predict(dataclasses.replace(shape, micro_batch=batch), sharding, cuda=cuda, cache=cache,
                               gpu_arch=gpu_arch)
-                memo[batch] = {**row, **verdict_columns(row, capacity, cuda, device_name)}
+                memo[batch] = {**row, **verdict_columns(row, capacity, cuda, device_name,
+                                                        compiled=shape.compile_mode is not None)}
             return memo[batch]
 
         try:

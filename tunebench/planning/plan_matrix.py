@@ -35,7 +35,8 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             shape, outliers = with_outlier_columns(experiment, shape)
             row = predict(shape, sharding, cuda=experiment.device_type == "cuda", cache=cache, gpu_arch=arch)
             cuda = experiment.device_type == "cuda"
-            row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name))
+            row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name,
+                                       compiled=shape.compile_mode is not None))
             note = unmodelled(experiment, outliers, shape)
             if note:
                 row["pred_note"] = note

@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tunebench.planning import allocator_slack
+from tunebench.planning.accelerations import bound_extra
 from tunebench.planning.allocator_slack import EDGE_FILE, edge_slack, sweep_edges
 from tunebench.planning.predict import CONTEXT_RESERVE, fit_columns, reserved_bytes, usable_bytes
 from tunebench.planning.residuals import upper
@@ -14,10 +16,10 @@ from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF
 GIB = 1024**3
 
 
-def _sweep(points, conf="expandable_segments:True", model="m"):
+def _sweep(points, conf="expandable_segments:True", model="m", compiled=False):
     """points: (micro_batch, status, allocated, reserved)."""
     return [{"gpu_name": "G", "model_name_or_path": model, "gradient_checkpointing": False, "max_seq_len": 8,
-             "cuda_alloc_conf": conf, "per_device_train_batch_size": b, "status": s,
+             "cuda_alloc_conf": conf, "torch_compile": compiled, "per_device_train_batch_size": b, "status": s,
              "mem_peak_torch_max_allocated_bytes": a, "mem_peak_torch_max_reserved_bytes": r} for b, s, a, r in points]
 
 
@@ -47,11 +49,27 @@ def test_the_measured_h100_sweeps_verdicts_with_the_shipped_slack():
     data = pd.read_csv(EDGE_FILE)
     # llama-3.2-1b + checkpointing, micro-batch 22: reserved − the bound of its predicted peak (planning.residuals)
     assert edge_slack("expandable_segments:True") == 1_170_569_728
+    assert edge_slack("expandable_segments:True", compiled=True) < 512 * 2**20  # inductor reuses its buffers
     for _, row in data.iterrows():
-        bound = upper(int(row.pred_mem_peak), "peak", row.gpu_name, row.cuda_alloc_conf)
-        verdict = fit_columns(bound, int(row.capacity_bytes), edge_slack(row.cuda_alloc_conf))
+        compiled = bool(row.torch_compile)
+        bound = upper(int(row.pred_mem_peak), "peak", row.gpu_name, row.cuda_alloc_conf) + \
+            bound_extra(int(row.pred_mem_peak), "default" if compiled else None, 0)
+        verdict = fit_columns(bound, int(row.capacity_bytes), edge_slack(row.cuda_alloc_conf, compiled))
         assert verdict["pred_fits"] == (row.status == "ok"), (row.model_name_or_path, row.per_device_train_batch_size,
                                                                row.cuda_alloc_conf)
+
+
+def test_a_compiled_step_takes_the_slack_of_compiled_sweeps_else_the_eager_one(tmp_path, monkeypatch):
+    conf = "expandable_segments:True"
+    eager = _sweep([(1, "ok", 10, 50), (2, "oom", None, None)])  # slack 40
+    compiled = _sweep([(3, "ok", 30, 33), (4, "oom", None, None)], model="c", compiled=True)  # slack 3
+    for rows, expected in ((eager + compiled, (40, 3)), (eager, (40, 40))):
+        path = tmp_path / f"edge-{len(rows)}.csv"
+        pd.DataFrame(rows).to_csv(path, index=False)
+        monkeypatch.setattr(allocator_slack, "EDGE_FILE", path)
+        edge_slack.cache_clear()
+        assert (edge_slack(conf), edge_slack(conf, compiled=True)) == expected
+    edge_slack.cache_clear()
 
 
 def test_fit_columns_judge_the_reserved_figure_and_keep_the_usable_capacity():

@@ -59,7 +59,7 @@ def test_rows_come_from_comparable_ok_cuda_rows_only():
 def test_fits_judges_the_bound_plus_the_slack_on_cuda_and_the_peak_elsewhere(data, monkeypatch):
     import tunebench.planning.allocator_slack as slack
 
-    monkeypatch.setattr(slack, "edge_slack", lambda *a: 4096)
+    monkeypatch.setattr(slack, "edge_slack", lambda *a, **k: 4096)
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", CONF)
     prediction = {"pred_mem_peak": 100_000, "pred_mem_activations": 40_000}
     cuda = verdict_columns(prediction, 106_000 * 10, True, H100)

@@ -174,8 +174,18 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
         if single.clamped else ""
     out["proj_note"] = (f"roofline per kernel: {method}; {_figures(source)} → {_figures(target)}; {host_text}; "
                         f"steady median {measured.step_time:.4f} s: {replay_text}"
-                        f"{clamped}{comm_note}")
+                        f"{clamped}{comm_note}{_sharded_from_one(measured_on, n, parallelism)}")
     return out
+
+
+def _sharded_from_one(measured_on: int, n: int, parallelism: str | None) -> str:
+    """What a one-GPU row cannot tell about a sharded step on several: said in the note, never left silent."""
+    if measured_on > 1 or n < 2 or parallelism not in ranks.SHARDED:
+        return ""
+    # docs/evidence/gpu-counts-h100.md: the eight FSDP2 rows projected from one H100 all ran slower than projected
+    return (f"; optimistic: a one-GPU row has no {parallelism} step to scale, and the host time of its per-layer "
+            "gathers, copies and launches is not modelled (FSDP2 from one H100 measured 4-41 % below the projection;"
+            " project from a row measured on several GPUs)")
 
 
 def _communication(row: Any, gpu: Gpu, n: int, parallelism: str | None) -> tuple[float | None, float, str]:

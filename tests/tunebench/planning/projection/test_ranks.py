@@ -54,6 +54,18 @@ def test_n_gpus_add_the_exposed_communication_and_multiply_the_tokens():
     assert no_link["proj_note"] == "not projected: no network figure for NVIDIA H100 80GB HBM3 in the GPU table"
 
 
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp2", "fsdp1-full_shard"])
+def test_a_one_gpu_row_projected_onto_a_sharded_step_says_it_is_optimistic(parallelism):
+    table = load_table()
+    h100 = table.lookup("NVIDIA H100 80GB HBM3")
+    row = measured_row("x", kernel_rows(), model_name_or_path="preset:llama-tiny")
+    two = project_one(row, None, table, h100, n=2, parallelism=parallelism)
+    assert two["proj_steady_tokens_per_second"] > 0
+    said = "; optimistic: a one-GPU row has no" in two["proj_note"]
+    assert said == (parallelism != "ddp")
+    assert "optimistic" not in project_one(row, None, table, h100)["proj_note"]
+
+
 @pytest.mark.parametrize("fsdp, own", [(None, "ddp"), ("full_shard auto_wrap", "fsdp2")])
 def test_a_row_measured_on_n_gpus_projects_to_m_of_its_own_parallelism(fsdp, own):
     table = load_table()
