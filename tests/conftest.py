@@ -2,6 +2,9 @@
 import pytest
 import torch
 
+# Two pytest-xdist workers: who shares a worker, who runs alone (tests/fixtures/parallel.py).
+pytest_plugins = ["tests.fixtures.parallel"]
+
 
 def pytest_collection_modifyitems(config, items):
     # GPU tests are skipped where CUDA is absent (CI), never silently passed.
