@@ -1,6 +1,11 @@
 """Shared pytest fixtures and the GPU skip logic."""
+import signal
+
 import pytest
 import torch
+
+# Two pytest-xdist workers: who shares a worker, who runs alone (tests/fixtures/parallel.py).
+pytest_plugins = ["tests.fixtures.parallel"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -24,6 +29,12 @@ _session_guardian = None
 def pytest_configure(config):
     global _session_guardian
     from tunebench.execution.guardian import Guardian
+
+    # A suite started as a background job of a script (`cmd &`, nohup) inherits SIGINT ignored, and so would every
+    # harness a test starts: the tests that stop one with Ctrl-C's SIGINT would wait on it for minutes while it
+    # trains on. A Python handler, unlike SIG_IGN, is not inherited: the processes the tests start get the default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     _session_guardian = Guardian(SESSION_ENV, always=True).__enter__()
 

@@ -177,6 +177,7 @@ def test_sigkill_of_the_harness_leaves_no_process_behind(tmp_path, processes):
     assert "no results.json" in frame.loc["endless", "error_messages"]
 
 
+@pytest.mark.xdist_group("cluster")  # a Ray instance: never beside the Ray and Slurm tests
 def test_sigkill_of_a_harness_driving_a_local_ray_leaves_no_process_behind(tmp_path):
     pytest.importorskip("ray")
     _kill_mid_run(tmp_path, tiny_scenario("endless", max_steps=100000), "--executor", "ray", "--ray_transfer",

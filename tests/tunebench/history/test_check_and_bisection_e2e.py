@@ -37,6 +37,7 @@ def benchmark(args: list[str], cache: Path, env: dict | None = None) -> subproce
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.timing  # a planted 6 % (12 ms) slowdown is measured: no other test may share the cores
 def test_twenty_runs_with_a_slowdown_from_run_12_fail_the_check_naming_run_12(tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario("tiny", **STEPS)])
     fault = os.pathsep.join([str(REPO / "tests" / "fault"), os.environ.get("PYTHONPATH", "")])
@@ -101,6 +102,7 @@ def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
                           check=True).stdout.strip()
 
 
+@pytest.mark.timing  # a planted 6 % (12 ms) slowdown is measured: no other test may share the cores
 def test_bisect_finds_the_slow_commit_of_a_repository(tmp_path):
     repo = tmp_path / "lib"
     repo.mkdir()
