@@ -37,12 +37,14 @@ def benchmark(args: list[str], cache: Path, env: dict | None = None) -> subproce
                           capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.timing  # a planted 6 % (12 ms) slowdown is measured: no other test may share the cores
+@pytest.mark.timing  # a planted 15 % (18 ms) slowdown is measured: no other test may share the cores
 def test_twenty_runs_with_a_slowdown_from_run_12_fail_the_check_naming_run_12(tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario("tiny", **STEPS)])
     fault = os.pathsep.join([str(REPO / "tests" / "fault"), os.environ.get("PYTHONPATH", "")])
-    # The planted slowdown: 6 % of a step (delay + the model's ~3 ms), in the data loader only.
-    slow_ms = BASE_MS + 0.06 * (BASE_MS + 3.0)
+    # The planted slowdown: 15 % of a step (delay + the model's ~3 ms), in the data loader only. Well clear of
+    # compare's 5 % minimum effect: a planted 6 % measured +5.3 % (CI 2.5-6.7 %) in one CI run, "below the minimum
+    # effect", and the check rightly merged the regimes; what this test checks is the regime and its first run.
+    slow_ms = BASE_MS + 0.15 * (BASE_MS + 3.0)
     for name, repeats, delay in (("before", 11, BASE_MS), ("after", 9, slow_ms)):
         proc = benchmark([*options, "--results_output_path", str(tmp_path / name), "--memory_logging", "none",
                           "--repeats", str(repeats)], tmp_path / "cache",
@@ -62,7 +64,7 @@ def test_twenty_runs_with_a_slowdown_from_run_12_fail_the_check_naming_run_12(tm
     assert lines[1] == "REGRESSION  tiny: regimes runs 1-11 | runs 12-20", checked.stdout
     assert lines[2].startswith("  run 12 opened the newest regime: +"), checked.stdout
     move = float(lines[2].split(": +")[1].split(" %")[0])
-    assert 5.0 < move < 7.5, checked.stdout  # the planted 6 %
+    assert 11.0 < move < 17.5, checked.stdout  # the planted 15 % of ~123 ms (the measured step is a little longer)
     changed = lines[3].removeprefix("  what changed: ")
     # No argument and no version moved: at most the host's load, which a shared CPU machine does move.
     assert changed == "no argument or environment difference" or all(
