@@ -5,13 +5,17 @@
 #   STEP=b ...                                      # compile max-autotune-no-cudagraphs on the same four (4 rows)
 #   STEP=c ...                                      # sweeps at the fit map's edge: compile and Liger on 2 models
 #   STEP=x4 BUDGET=480 ...                          # a, b and c in one call on nvidia-h100-x4 (one row per GPU)
+#   STEP=b4 BUDGET=560 ...                          # b alone on nvidia-h100-x4, one row per GPU: the four autotune
+#                                                   # at once (on one H100 the 1B alone autotuned > 5.5 min); inductor's
+#                                                   # caches kept outside the copied tree, so a next call on the warm
+#                                                   # machine resumes what the budget cut
 # Estimates (H100 host, 16 cores; compile times of the acceleration evidence: 47-98 s): a ~8 min (two harnesses
 # side by side on the GPU, 1B/unseen rows beside the 8B's: at most ~67 GB together), b ~8-10 min (autotuning
 # dominates), c ~8 min (8 runs one after another: a sweep's second run must find the GPU to itself).
 # Carry .whl: bash ../shared/device/wheels.sh .whl liger-kernel==0.8.5 (liger-kernel is a 0.9 MB pure-Python
 # wheel; triton comes with the image's torch). $OUT gets am-<step>.tgz (CSVs and each experiment's small files).
 set -uo pipefail
-step=${STEP:?STEP=a|b|c|x4}
+step=${STEP:?STEP=a|b|c|x4|b4}
 out=${OUT:-/tmp/am-out}
 budget=${BUDGET:-500}
 mkdir -p "$out" .site
@@ -51,6 +55,15 @@ PY
         --scenarios_config_path am/scenarios-x4.yaml --results_output_path am/x4 --run_only_scenarios \
         "$(cat am/names-x4)" --timeout 900 --max_concurrent 4 > am/x4.log 2>&1
       echo "$(date +%T) am/x4: exit $?" | tee -a "$out/step.log" ;;
+  b4) nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
+      export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/.cache/tunebench-inductor}
+      mkdir -p .work/am  # an ignored folder: kept on a warm machine, so a next call resumes the results
+      TUNEBENCH_CACHE="$PWD/.cache-b4" timeout --signal=INT "$budget" python3 benchmark.py \
+        --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --results_output_path .work/am/b4 \
+        --run_only_scenarios am-autotune-1b,am-autotune --timeout 900 --max_concurrent 4 > .work/am/b4.log 2>&1
+      echo "$(date +%T) am/b4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
+        | tee -a "$out/step.log"
+      cp -r .work/am/b4 .work/am/b4.log am/ ;;
   *) echo "unknown STEP $step" >&2; exit 2 ;;
 esac
 for f in am/*/*/stderr.log; do tail -n 40 "$f" > "${f%.log}.tail"; done 2>/dev/null

@@ -1,6 +1,7 @@
 """Worker of tests/tunebench/planning/test_sharded_step.py (run under torchrun, gloo): a real FSDP rank (FSDP2 or FSDP1), sharded as
 accelerate prepares it (planning.sharded_step.shard on a real process group), and torch's MemTracker over its
-second training step; rank 0 writes the peak's bytes per case to <out>/real.json."""
+second training step; rank 0 writes, per case, the peak's bytes and the bytes of parameters the rank holds after the
+step to <out>/real.json."""
 
 import json
 import sys
@@ -14,14 +15,14 @@ from transformers import AutoModelForCausalLM
 
 from tunebench.experiment.models import load_config
 from tunebench.experiment.sharding import Fsdp
-from tunebench.planning.sharded_step import MESH_DIM, shard
+from tunebench.planning.sharded_step import MESH_DIM, shard, shard_bytes
 from tunebench.planning.peak_rules import ignore_frozen_parameters
 
 CASES = json.loads(sys.argv[1])  # [{"model", "peft", "fsdp": Fsdp's fields, "micro_batch", "seq_len"}]
 out = Path(sys.argv[2])
 
 
-def peak_of(case: dict, mesh) -> int:
+def peak_of(case: dict, mesh) -> list[int]:
     config = load_config(case["model"])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -51,7 +52,7 @@ def peak_of(case: dict, mesh) -> int:
     with tracker:
         step()
     (device_peak,) = tracker.get_tracker_snapshot("peak").values()
-    return int(device_peak["Total"])
+    return [int(device_peak["Total"]), shard_bytes(model, 1)]
 
 
 dist.init_process_group("gloo")

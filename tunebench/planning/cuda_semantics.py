@@ -54,10 +54,32 @@ def applied(enabled: bool):
     """The forward under CUDA's rules (when `enabled`); checkpointed layers' recomputes follow the same choice."""
     _ACTIVE.append(enabled)
     try:
-        with cuda_rules() if enabled else contextlib.nullcontext():
+        with cuda_rules() if enabled else contextlib.nullcontext(), \
+                (_autocast_asked_of_the_target() if enabled else contextlib.nullcontext()):
             yield
     finally:
         _ACTIVE.pop()
+
+
+@contextlib.contextmanager
+def _autocast_asked_of_the_target():
+    """`torch.is_autocast_enabled()` without a device asks about CUDA, whose autocast the fake step's CPU autocast
+    stands in for: answered from the CPU's. PEFT asks so before a LoRA layer, and casts the input to the adapter's
+    dtype only without autocast: with float32 adapters (FSDP1's upcast), a CUDA run computes the adapter in bf16
+    from its bf16 input, while a CPU step that said "no autocast" would keep a float32 copy and a bf16 recast of
+    every adapter's input."""
+    import torch
+
+    original = torch.is_autocast_enabled
+
+    def is_autocast_enabled(device_type=None):
+        return original("cpu" if device_type is None else device_type)
+
+    torch.is_autocast_enabled = is_autocast_enabled
+    try:
+        yield
+    finally:
+        torch.is_autocast_enabled = original
 
 
 def recompute_context():

@@ -73,6 +73,7 @@ def shard(model, fsdp: Fsdp, mesh, mixed_precision: str):
 
     plugin = plugin_of(fsdp, mixed_precision)
     if fsdp.version == 1:
+        _as_trainer_sets_up_peft(model, plugin)
         return _shard_flat(model, plugin, mixed_precision)
     # What fsdp2_prepare_model and fsdp2_apply_ac read of the Accelerator.
     accelerator = types.SimpleNamespace(
@@ -85,6 +86,19 @@ def shard(model, fsdp: Fsdp, mesh, mixed_precision: str):
         if fsdp.activation_checkpointing:
             model = fsdp_utils.fsdp2_apply_ac(accelerator, model)
         return fsdp_utils.fsdp2_prepare_model(accelerator, model)
+
+
+def _as_trainer_sets_up_peft(model, plugin) -> None:
+    """The Trainer's own FSDP set-up of a PEFT model (transformers' update_fsdp_plugin_peft), which it does where it
+    makes the optimizer after the model is wrapped: FSDP1 only (FSDP2 makes it before). Every trainable leaf layer (a
+    LoRA A or B) becomes a unit of its own beside the transformer layers, so a layer's flat parameter holds its
+    frozen base only, which is neither upcast nor given a flat gradient; with a 4-bit base stored in a floating
+    dtype, FSDP's mixed precision computes in that dtype."""
+    from peft import PeftModel
+    from transformers.integrations.fsdp import update_fsdp_plugin_peft
+
+    if isinstance(model, PeftModel):
+        update_fsdp_plugin_peft(model, types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin)))
 
 
 def _as_accelerate_sees_4bit(model, plugin, accelerator) -> None:
@@ -154,16 +168,38 @@ def _shard_flat(model, plugin, mixed_precision: str):
 
 @contextlib.contextmanager
 def flat_storage_checks():
-    """FSDP1 asks whether a flat parameter's storage is allocated by its data pointer, which a fake tensor does not
-    have (always 0): by its size instead, for the fake step's duration."""
-    from torch.distributed.fsdp import _flat_param
+    """FSDP1 tells storages apart by their data pointers, which a fake tensor does not have (always 0): whether a flat
+    parameter's storage is allocated (by its size instead), whether two tensors share a storage, and whether a unit
+    is already resharded when backward ends (both by the storage itself), for the fake step's duration. Without the
+    last, a unit whose parameters are all frozen and whose inputs need no gradient (the root of a LoRA model, whose
+    trainable layers are units of their own) would stay gathered after backward, as it does not on a GPU."""
+    from torch.distributed.fsdp import _flat_param, _runtime_utils
 
-    original = _flat_param._data_ptr_allocated
+    originals = (_flat_param._data_ptr_allocated, _flat_param._same_storage, _runtime_utils._catch_all_reshard)
     _flat_param._data_ptr_allocated = lambda tensor: tensor.untyped_storage().size() > 0
+    _flat_param._same_storage = lambda a, b: _storage_of(local(a)) == _storage_of(local(b))
+    _runtime_utils._catch_all_reshard = _reshard_unless_sharded
     try:
         yield
     finally:
-        _flat_param._data_ptr_allocated = original
+        _flat_param._data_ptr_allocated, _flat_param._same_storage, _runtime_utils._catch_all_reshard = originals
+
+
+def _storage_of(tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+def _reshard_unless_sharded(state) -> None:
+    """torch's catch-all reshard at the end of backward, its already-resharded check made by storage."""
+    from torch.distributed.fsdp import _runtime_utils
+
+    handle = state._handle
+    if handle is None:
+        return
+    flat = handle.flat_param
+    if _storage_of(flat) == _storage_of(flat._local_shard) and not handle._skipped_use_sharded_views:
+        return
+    _runtime_utils._reshard(state, handle, _runtime_utils._should_free_in_backward(state, handle))
 
 
 @contextlib.contextmanager

@@ -65,3 +65,37 @@ def test_a_squared_relu_keeps_a_float32_copy_as_cuda_does():
         assert torch.norm(x).dtype == torch.float32  # torch.norm(x) has no dtype overload: cast instead
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.square(x).dtype == torch.bfloat16  # CPU's own policy, which the rules correct
+
+
+def test_autocast_asked_without_a_device_is_the_targets():
+    """PEFT asks `torch.is_autocast_enabled()` (CUDA's, without a device) before casting a LoRA layer's input to the
+    adapter's dtype: for a CUDA target the CPU autocast that stands in for CUDA's must answer, and a float32 adapter
+    then saves its bf16 input itself for backward, not a bf16 recast of a float32 copy (an FSDP1 rank's upcast
+    adapters did, 1.4 GiB on the 1B)."""
+    import bitsandbytes as bnb
+    from peft import LoraConfig, get_peft_model
+
+    from tunebench.planning.cuda_semantics import applied
+
+    base = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4")
+    base.weight = bnb.nn.Params4bit(torch.randn(64, 64, dtype=torch.bfloat16), requires_grad=False, quant_type="nf4")
+    model = torch.nn.Sequential(base.to("cpu"))  # quantized on CPU
+    model.is_loaded_in_4bit = True  # as transformers marks a 4-bit model: PEFT wraps it with its 4-bit LoRA layer
+    layer = get_peft_model(model, LoraConfig(r=4, target_modules=["0"]))
+    for p in layer.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # FSDP1's upcast of trainable flat parameters
+    x = torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True)
+
+    def copies_of_input_saved(target_is_cuda: bool) -> int:
+        """Saved bf16 tensors of the input's shape that are not the input."""
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t), \
+                torch.autocast("cpu", dtype=torch.bfloat16), applied(target_is_cuda):
+            assert torch.is_autocast_enabled() is target_is_cuda
+            layer(x)
+        return sum(t.shape == x.shape and t.data_ptr() != x.data_ptr() for t in saved)
+
+    assert copies_of_input_saved(True) == 0
+    assert copies_of_input_saved(False) == 1  # CPU semantics: PEFT casts, as a CPU run does
+    assert torch.is_autocast_enabled("cpu") is False and torch.is_autocast_enabled() is False

@@ -1,7 +1,8 @@
 """FSDP's per-rank memory in the fake step against a real FSDP rank (issue Y): two gloo processes shard a small
-Llama as accelerate prepares it (FSDP2, and FSDP1's full and grad-op sharding) and measure their second step with
-torch's MemTracker; the fake step, one process with a fake process group and no tensor memory at all, must give the
-same peak to the byte."""
+Llama as accelerate prepares it (FSDP2, and FSDP1's full and grad-op sharding; LoRA under both) and measure their
+second step with torch's MemTracker; the fake step, one process with a fake process group and no tensor memory at
+all, must give the same peak to the byte, and the same parameter bytes held after the step (the scanner's
+`params`)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ CASES = [
     {**SMALL, "peft": "lora", "fsdp": {}},
     {**SMALL, "peft": "none", "fsdp": {"version": 1, "strategy": "full_shard"}},
     {**SMALL, "peft": "none", "fsdp": {"version": 1, "strategy": "shard_grad_op", "reshard_after_forward": False}},
+    # the Trainer's FSDP1 set-up of a PEFT model: every LoRA layer a unit of its own, the root's parameters all
+    # frozen (it must be resharded when backward ends, which FSDP checks by data pointer: none under fake tensors)
+    {**SMALL, "peft": "lora", "fsdp": {"version": 1, "strategy": "full_shard"}},
 ]
 
 
-def _predicted(case: dict) -> int:
+def _predicted(case: dict) -> list[int]:
     shape = StepShape(model=case["model"], dtype="bfloat16", micro_batch=case["micro_batch"], seq_len=case["seq_len"],
                       padded=False, peft=case["peft"], lora_r=8, lora_alpha=16, lora_targets=("q_proj", "v_proj"),
                       autocast_bf16=True, fsdp=Fsdp(**case["fsdp"]), world=2)
-    return predict_step(shape, round_to_cuda_blocks=False)["peak"]  # CPU semantics, storages as they are
+    out = predict_step(shape, round_to_cuda_blocks=False)  # CPU semantics, storages as they are
+    return [out["peak"], out["params"]]
 
 
 @pytest.mark.slow
