@@ -16,7 +16,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tunebench.fileio import write_atomic  # noqa: E402
-from tunebench.planning.allocator_slack import EDGE_FILE, SWEEP_KEYS  # noqa: E402
+from tunebench.planning.allocator_slack import EDGE_FILE, SWEEP_KEYS, compiled_column  # noqa: E402
 from tunebench.telemetry.environment import DEFAULT_ALLOC_CONF  # noqa: E402
 
 COLUMNS = ["gpu_name", "capacity_bytes", "model_name_or_path", "gradient_checkpointing", "max_seq_len",
@@ -32,7 +32,7 @@ def sweep_rows(summary: pd.DataFrame, source: str) -> pd.DataFrame:
     conf = rows["cuda_alloc_conf"] if "cuda_alloc_conf" in rows else pd.Series(DEFAULT_ALLOC_CONF, index=rows.index)
     rows["cuda_alloc_conf"] = conf.fillna(DEFAULT_ALLOC_CONF)
     rows["source"] = source
-    rows["torch_compile"] = rows["torch_compile"].fillna(False).astype(bool) if "torch_compile" in rows else False
+    rows["torch_compile"] = compiled_column(rows)
     for column in BYTES:
         rows[column] = pd.to_numeric(rows.get(column), errors="coerce").round().astype("Int64")
     return rows[COLUMNS]
@@ -40,8 +40,7 @@ def sweep_rows(summary: pd.DataFrame, source: str) -> pd.DataFrame:
 
 def main(summary_csv: str, source: str) -> None:
     existing = pd.read_csv(EDGE_FILE)
-    existing["torch_compile"] = existing["torch_compile"].fillna(False).astype(bool) if "torch_compile" in existing \
-        else False  # rows from before compilation was a key were eager ones
+    existing["torch_compile"] = compiled_column(existing)
     new = sweep_rows(pd.read_csv(summary_csv), source)
     key = [*SWEEP_KEYS, "per_device_train_batch_size"]
     merged = pd.concat([existing, new]).drop_duplicates(subset=key, keep="last")

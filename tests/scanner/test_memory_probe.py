@@ -99,3 +99,32 @@ def test_weights_made_during_the_step_are_not_activations():
     fresh, _ = _scan(model)
     assert model.lm_head.weight.numel() * 4 == 256 * 64 * 4  # the 64 KiB a wrong count would add
     assert fresh.mem_activations == plain.mem_activations
+
+
+def test_a_freed_weights_address_is_no_longer_excluded():
+    """Saved tensors on a parameter's storage are not activations, told by the storage's address. A weight
+    freed during the scan (the one `regather` above replaces) hands its address back to the allocator, which
+    may give it to an activation (the logits, of its size, did in a busy test process: 64 KiB missing): the
+    address stops being excluded when the last tensor on it dies, not before (a view keeps it)."""
+    import gc
+
+    from scanner.memory import storage_key
+    from scanner.memory_probe import MemoryProbe
+
+    model = tiny_llama(tie_word_embeddings=False)
+    probe = MemoryProbe(model, None)
+    try:
+        old = model.lm_head.weight
+        address = storage_key(old)[0]
+        model.lm_head.weight = torch.nn.Parameter(old.detach().clone())
+        view = old.t()
+        del old
+        gc.collect()
+        assert address in probe._excluded  # the view holds the storage (and its base)
+        del view
+        gc.collect()
+        assert address not in probe._excluded
+        assert storage_key(model.lm_head.weight)[0] not in probe._excluded  # made after the scan began
+        assert storage_key(model.model.embed_tokens.weight)[0] in probe._excluded
+    finally:
+        probe.remove()

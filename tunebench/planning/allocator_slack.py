@@ -34,6 +34,13 @@ SWEEP_KEYS = ["gpu_name", "model_name_or_path", "gradient_checkpointing", "max_s
               "torch_compile"]
 
 
+def compiled_column(frame):
+    """The rows' `torch_compile` as booleans: rows from before compilation was a key were eager ones."""
+    if "torch_compile" not in frame:
+        return False
+    return frame["torch_compile"].fillna(False).astype(bool)
+
+
 def sweep_edges(rows) -> list[dict]:
     """Per sweep (a GPU, model, checkpointing, length and allocator setting), its last micro-batch that ran when a
     larger one ran out of memory: {reserved − allocated as `slack`, and the sweep's keys}. A sweep without an OOM
@@ -44,9 +51,7 @@ def sweep_edges(rows) -> list[dict]:
     if frame.empty:
         return []
     frame = frame.fillna({"cuda_alloc_conf": ""})
-    # rows from before compilation was a key were eager ones
-    frame["torch_compile"] = frame["torch_compile"].fillna(False).astype(bool) if "torch_compile" in frame \
-        else False
+    frame["torch_compile"] = compiled_column(frame)
     edges = []
     for keys, sweep in frame.groupby(SWEEP_KEYS, dropna=False):
         ran = sweep[sweep["status"] == Status.OK].dropna(subset=["mem_peak_torch_max_reserved_bytes"])
