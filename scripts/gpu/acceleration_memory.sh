@@ -9,13 +9,16 @@
 #                                                   # at once (on one H100 the 1B alone autotuned > 5.5 min); inductor's
 #                                                   # caches kept outside the copied tree, so a next call on the warm
 #                                                   # machine resumes what the budget cut
+#   STEP=h BUDGET=520 ...                           # b's four rows on nvidia-h100-x4 under torch's allocator history
+#                                                   # (scripts/gpu/memory_history.py): what is alive at each run's
+#                                                   # peak, by allocating frame -> $OUT/mh-<experiment>.json
 # Estimates (H100 host, 16 cores; compile times of the acceleration evidence: 47-98 s): a ~8 min (two harnesses
 # side by side on the GPU, 1B/unseen rows beside the 8B's: at most ~67 GB together), b ~8-10 min (autotuning
 # dominates), c ~8 min (8 runs one after another: a sweep's second run must find the GPU to itself).
 # Carry .whl: bash ../shared/device/wheels.sh .whl liger-kernel==0.8.5 (liger-kernel is a 0.9 MB pure-Python
 # wheel; triton comes with the image's torch). $OUT gets am-<step>.tgz (CSVs and each experiment's small files).
 set -uo pipefail
-step=${STEP:?STEP=a|b|c|x4|b4}
+step=${STEP:?STEP=a|b|c|x4|b4|h}
 out=${OUT:-/tmp/am-out}
 budget=${BUDGET:-500}
 mkdir -p "$out" .site
@@ -64,6 +67,20 @@ PY
       echo "$(date +%T) am/b4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
         | tee -a "$out/step.log"
       cp -r .work/am/b4 .work/am/b4.log am/ ;;
+  h)  nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
+      python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --run_only_scenarios \
+        am-autotune-1b,am-autotune --results_output_path am/h --dry_run > am/h.log 2>&1
+      i=0
+      for d in am/h/*/; do  # each experiment's own command, the entry wrapped, a GPU and a data cache of its own
+        id=$(basename "$d")
+        sed -e "s#-m tunebench.experiment.train --spec#scripts/gpu/memory_history.py $out/mh-$id.json#" \
+            -e "s#CUDA_VISIBLE_DEVICES=[0-9,]*#CUDA_VISIBLE_DEVICES=$i#" \
+            -e "s#TUNEBENCH_CACHE=[^ ]*#TUNEBENCH_CACHE=$PWD/.cache-h$i#" "$d/command.sh" > "$d/history.sh"
+        timeout --signal=INT --kill-after=30 "$budget" bash "$d/history.sh" > "$out/mh-$id.log" 2>&1 &
+        i=$((i + 1))
+      done
+      wait
+      echo "$(date +%T) am/h: $(ls "$out"/mh-*.json 2>/dev/null | wc -l) histories" | tee -a "$out/step.log" ;;
   *) echo "unknown STEP $step" >&2; exit 2 ;;
 esac
 for f in am/*/*/stderr.log; do tail -n 40 "$f" > "${f%.log}.tail"; done 2>/dev/null
