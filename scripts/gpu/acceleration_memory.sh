@@ -9,6 +9,7 @@
 #                                                   # at once (on one H100 the 1B alone autotuned > 5.5 min); inductor's
 #                                                   # caches kept outside the copied tree, so a next call on the warm
 #                                                   # machine resumes what the budget cut
+#   STEP=a4 BUDGET=400 ...                          # a alone on nvidia-h100-x4, one row per GPU (--max_concurrent 4)
 #   STEP=h BUDGET=520 ...                           # b's four rows on nvidia-h100-x4 under torch's allocator history
 #                                                   # (scripts/gpu/memory_history.py): what is alive at each run's
 #                                                   # peak, by allocating frame -> $OUT/mh-<experiment>.json
@@ -18,7 +19,7 @@
 # Carry .whl: bash ../shared/device/wheels.sh .whl liger-kernel==0.8.5 (liger-kernel is a 0.9 MB pure-Python
 # wheel; triton comes with the image's torch). $OUT gets am-<step>.tgz (CSVs and each experiment's small files).
 set -uo pipefail
-step=${STEP:?STEP=a|b|c|x4|b4|h}
+step=${STEP:?STEP=a|b|c|x4|b4|a4|h}
 out=${OUT:-/tmp/am-out}
 budget=${BUDGET:-500}
 mkdir -p "$out" .site
@@ -67,6 +68,12 @@ PY
       echo "$(date +%T) am/b4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
         | tee -a "$out/step.log"
       cp -r .work/am/b4 .work/am/b4.log am/ ;;
+  a4) nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
+      TUNEBENCH_CACHE="$PWD/.cache-a4" timeout --signal=INT "$budget" python3 benchmark.py \
+        --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --results_output_path am/a4 \
+        --run_only_scenarios am-1b,am-unseen,am-8b --timeout 600 --max_concurrent 4 > am/a4.log 2>&1
+      echo "$(date +%T) am/a4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
+        | tee -a "$out/step.log" ;;
   h)  nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
       python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --run_only_scenarios \
         am-autotune-1b,am-autotune --results_output_path am/h --dry_run > am/h.log 2>&1
