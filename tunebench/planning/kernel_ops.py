@@ -35,12 +35,32 @@ def fused_outputs(query, value, kernel: str):
 
 
 def fused_gradients(query, key, value, kernel: str):
-    """The gradients a fused SDPA kernel's backward allocates (flash's accumulates dQ in float32 first)."""
+    """The gradients a fused SDPA kernel's backward returns, and the workspace it holds beside them while it runs
+    (backward_workspace_bytes), allocated and freed."""
     grads = (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value))
-    if kernel == "flash":
-        accumulator = torch.empty(query.shape, dtype=torch.float32, device=query.device)
-        del accumulator
+    workspace = torch.empty(backward_workspace_bytes(query, key, value, kernel), dtype=torch.uint8,
+                            device=query.device)
+    del workspace
     return grads
+
+
+def backward_workspace_bytes(query, key, value, kernel: str) -> int:
+    """What a fused SDPA kernel's backward allocates beyond the gradients it returns, as measured on H100
+    (scripts/gpu/sdpa_backward_probe.py -> docs/evidence/gpu-counts-h100/sdpa-backward/sdpa_backward_h100.csv,
+    replayed by tests/tunebench/planning/test_attention_kernels.py): a float32 accumulator of the query's shape for
+    dQ (flash: two; the memory-efficient kernel's head size padded to a multiple of 64), float32 row statistics per
+    query row (dO · O), and with fewer key/value heads than query heads, dK and dV at every query head before they
+    are summed into their groups. cuDNN keeps up to 1 MiB more (its statistics twice from 1 MiB on), and the
+    memory-efficient kernel above head size 128 16 MiB more (4 x 32 heads x 1024 rows): not modelled."""
+    batch_heads_rows = math.prod(query.shape[:-1])
+    head = query.shape[-1]
+    if kernel == "efficient":
+        head = math.ceil(head / 64) * 64
+    accumulators = 2 if kernel == "flash" else 1
+    out = accumulators * batch_heads_rows * head * 4 + batch_heads_rows * 4
+    if key.shape[-3] != query.shape[-3]:
+        out += (key.shape[-1] + value.shape[-1]) * batch_heads_rows * key.element_size()
+    return out
 
 
 @functools.lru_cache(maxsize=1)
