@@ -6,6 +6,7 @@ import logging
 import os
 import resource
 import time
+import weakref
 from collections.abc import Iterable
 
 import torch
@@ -203,3 +204,38 @@ def process_start_epoch() -> float | None:
         return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return None
+
+
+class _Detach:
+    """A finalizer as a hook handle: `remove()` detaches it (a probe removes its handles together)."""
+
+    __slots__ = ("finalizer",)
+
+    def __init__(self, finalizer: weakref.finalize):
+        self.finalizer = finalizer
+
+    def remove(self) -> None:
+        self.finalizer.detach()
+
+
+def exclude_while_alive(model: torch.nn.Module, excluded: set[int], device: torch.device) -> list[_Detach]:
+    """Parameters and buffers are excluded from the saved tensors by their storage's address, which is theirs only
+    while they live: a weight freed during a scan (FSDP2's regathered ones, a module's replaced weight) hands its
+    address back to the allocator, which may give it to an activation. Each address in `excluded` leaves it when
+    the last of the model's parameters, buffers and quantization states on it dies (tied weights and views share
+    one). Returns handles that stop this."""
+    holders: dict[int, int] = {}
+    handles = []
+    for t in [*model.parameters(), *model.buffers(), *quantization_state_tensors(model)]:
+        key = storage_key(t) if isinstance(t, torch.Tensor) and t.device == device else None
+        if key is None or key[0] not in excluded:
+            continue
+        holders[key[0]] = holders.get(key[0], 0) + 1
+        handles.append(_Detach(weakref.finalize(t, _last_holder_gone, excluded, holders, key[0])))
+    return handles
+
+
+def _last_holder_gone(excluded: set[int], holders: dict[int, int], ptr: int) -> None:
+    holders[ptr] -= 1
+    if holders[ptr] == 0:
+        excluded.discard(ptr)

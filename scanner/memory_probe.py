@@ -14,9 +14,9 @@ from .memory import (
     CudaAllocator,
     LiveStorages,
     allocation_bytes,
+    exclude_while_alive,
     optimizer_state_tensors,
     parameter_bytes,
-    quantization_state_tensors,
     storage_key,
     unique_storage_bytes,
 )
@@ -37,24 +37,6 @@ class _Saved:
 
     def __del__(self):
         self.probe._on_release(self.ptr)
-
-
-class _Detach:
-    """A finalizer as a hook handle: `remove()` detaches it (the probe's handles are removed together)."""
-
-    __slots__ = ("finalizer",)
-
-    def __init__(self, finalizer: weakref.finalize):
-        self.finalizer = finalizer
-
-    def remove(self) -> None:
-        self.finalizer.detach()
-
-
-def _last_holder_gone(excluded: set[int], holders: dict[int, int], ptr: int) -> None:
-    holders[ptr] -= 1
-    if holders[ptr] == 0:
-        excluded.discard(ptr)
 
 
 class MemoryProbe(PhaseProbe):
@@ -88,16 +70,13 @@ class MemoryProbe(PhaseProbe):
         self.params_bytes, self.quant_state_bytes, param_ptrs = parameter_bytes(model, self.device)
         buffers = [b for b in model.buffers() if b.device == self.device]
         buffer_ptrs = {k[0] for k in map(storage_key, buffers) if k is not None} - param_ptrs
-        self.buffers_bytes = sum(
-            allocation_bytes(k[1], self.device)
-            for k in {storage_key(b) for b in buffers}
-            if k is not None and k[0] in buffer_ptrs
-        )
+        self.buffers_bytes = sum(allocation_bytes(k[1], self.device) for k in {storage_key(b) for b in buffers}
+                                 if k is not None and k[0] in buffer_ptrs)
         self._excluded = param_ptrs | buffer_ptrs
         self._opt_bytes = self._optimizer_bytes()
         self._opt_state_count = len(self.optimizer.state) if self.optimizer is not None else 0
         self.install()
-        self._exclude_while_alive([*model.parameters(), *buffers, *quantization_state_tensors(model)])
+        self._handles.extend(exclude_while_alive(model, self._excluded, self.device))
 
     # ---------------------------------------------------------------- install / remove
     def install(self) -> None:
@@ -119,21 +98,6 @@ class MemoryProbe(PhaseProbe):
         for p in m.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad))
-
-    def _exclude_while_alive(self, tensors: list) -> None:
-        """Parameters and buffers are excluded from the saved tensors by their storage's address, which is theirs
-        only while they live: a weight freed during the scan (FSDP2's regathered ones, a module's replaced
-        weight) hands its address back to the allocator, which may give it to an activation. Each address
-        leaves the exclusions when the last tensor the scan began with on it dies (tied weights and views
-        share one)."""
-        holders: dict[int, int] = {}
-        for t in tensors:
-            key = storage_key(t) if isinstance(t, torch.Tensor) and t.device == self.device else None
-            if key is None or key[0] not in self._excluded:
-                continue
-            holders[key[0]] = holders.get(key[0], 0) + 1
-            finalizer = weakref.finalize(t, _last_holder_gone, self._excluded, holders, key[0])
-            self._handles.append(_Detach(finalizer))
 
     def remove(self) -> None:
         """Remove every hook; idempotent, safe mid-step (used on errors and at train end)."""

@@ -1,4 +1,5 @@
-"""Where a CUDA step keeps different tensors from the CPU ops the fake step runs: autocast's float32 ops, dropout.
+"""Where a CUDA step keeps different tensors from the CPU ops the fake step runs: autocast's float32 ops, dropout,
+an embedding's backward (planning.cuda_embedding).
 
 The fake step dispatches CPU kernels under fake tensors. Two CPU rules decide memory differently from CUDA:
 - autocast: CUDA's policy runs normalisations, softmax, exp/log/pow, sums and losses in float32 (so a
@@ -117,6 +118,8 @@ def _rules_class():
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_map
 
+    from tunebench.planning.cuda_embedding import embedding_as_cuda
+
     global _LOWER
     _LOWER = (torch.float16, torch.bfloat16)  # set before any tracing: a global set while dynamo traces is a guard
 
@@ -129,6 +132,8 @@ def _rules_class():
             name = getattr(func, "__name__", "")
             if name == "dropout" and func is torch.nn.functional.dropout:
                 return _dropout(*args, **kwargs)
+            if name == "embedding" and func is torch.nn.functional.embedding:
+                return embedding_as_cuda(*args, **kwargs)
             if _autocast_on():
                 if name in FP32_CAST and any(_lower_precision(a) for a in (*args, *kwargs.values())):
                     args, kwargs = tree_map(to_fp32, args), tree_map(to_fp32, kwargs)

@@ -99,3 +99,40 @@ def test_autocast_asked_without_a_device_is_the_targets():
     assert copies_of_input_saved(True) == 0
     assert copies_of_input_saved(False) == 1  # CPU semantics: PEFT casts, as a CPU run does
     assert torch.is_autocast_enabled("cpu") is False and torch.is_autocast_enabled() is False
+
+
+def test_an_embeddings_backward_holds_cudas_partial_sums_for_a_cuda_target():
+    """CUDA's embedding backward above 3 072 indices sums equal indices' rows in float32 partial sums sized for the
+    worst case ((indices / 10 + min(indices, rows)) x width), beside its sorted indices and segment bookkeeping:
+    for a CUDA target the fake step's backward allocates them while it makes the gradient (MemTracker's peak of the
+    backward: gradient + workspace), the forward and the gradient unchanged; at 3 072 indices and below (CUDA's
+    atomic kernel) and on a CPU target it allocates nothing more."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from tunebench.planning.cuda_embedding import workspace_shapes
+    from tunebench.planning.cuda_semantics import applied
+
+    rows, width = 500, 64
+
+    def backward_peak(indices: int, target_is_cuda: bool) -> tuple[int, torch.Tensor]:
+        torch.manual_seed(0)
+        embedding = torch.nn.Embedding(rows, width, dtype=torch.bfloat16)
+        ids = torch.randint(0, rows, (indices,))
+        with applied(target_is_cuda):
+            out = embedding(ids)
+        grad = torch.ones_like(out)
+        tracker = MemTracker()
+        with tracker:
+            out.backward(grad)
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+        return int(peak["Total"]), embedding.weight.grad
+
+    cpu_peak, cpu_grad = backward_peak(4000, False)
+    cuda_peak, cuda_grad = backward_peak(4000, True)
+    assert torch.equal(cuda_grad, cpu_grad)
+    segments = min(4000, rows)
+    partials = 4000 // 10 + segments
+    expected = 3 * 4000 * 8 + 2 * segments * 8 + 2 * 8 + partials * 8 + partials * width * 4
+    assert sum(n * (4 if kind == "accumulator" else 8) for n, kind in workspace_shapes(4000, rows, width)) == expected
+    assert cuda_peak - cpu_peak == expected
+    assert backward_peak(3072, True)[0] == backward_peak(3072, False)[0]
