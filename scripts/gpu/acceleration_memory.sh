@@ -25,13 +25,15 @@ budget=${BUDGET:-500}
 mkdir -p "$out" .site
 [ -d .site/.whl ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site/.whl .whl/*.whl
 export PYTHONPATH="$PWD/.site/.whl${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-run() {  # run RESULTS SCENARIOS-FILE SCENARIO[,SCENARIO]: one harness, its own cache, within the step's budget
+run() {  # run RESULTS SCENARIOS-FILE SCENARIO[,SCENARIO] [HARNESS ARG...]: one harness, its own cache, within the
+  # step's budget; each experiment's timeout is $TIMEOUT (default 900 s)
   TUNEBENCH_CACHE="$PWD/.cache-$(basename "$1")" timeout --signal=INT "$budget" python3 benchmark.py \
-    --scenarios_config_path "$2" --results_output_path "$1" --run_only_scenarios "$3" --timeout 900 \
-    > "$1.log" 2>&1
+    --scenarios_config_path "$2" --results_output_path "$1" --run_only_scenarios "$3" --timeout "${TIMEOUT:-900}" \
+    "${@:4}" > "$1.log" 2>&1
   echo "$(date +%T) $1: exit $?" | tee -a "$out/step.log"
 }
 mkdir -p am
+nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
 case "$step" in
   a) run am/a-small scripts/gpu/scenarios-acceleration-memory.yaml am-1b,am-unseen &
      run am/a-8b scripts/gpu/scenarios-acceleration-memory.yaml am-8b
@@ -55,27 +57,13 @@ yaml.safe_dump({"data_processing": memory["data_processing"], "scenarios": first
                open("am/scenarios-x4.yaml", "w"), sort_keys=False)
 print(",".join(s["name"] for s in first + rest + sweeps["scenarios"]), file=open("am/names-x4", "w"))
 PY
-      TUNEBENCH_CACHE="$PWD/.cache-x4" timeout --signal=INT "$budget" python3 benchmark.py \
-        --scenarios_config_path am/scenarios-x4.yaml --results_output_path am/x4 --run_only_scenarios \
-        "$(cat am/names-x4)" --timeout 900 --max_concurrent 4 > am/x4.log 2>&1
-      echo "$(date +%T) am/x4: exit $?" | tee -a "$out/step.log" ;;
-  b4) nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
-      export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/.cache/tunebench-inductor}
+      run am/x4 am/scenarios-x4.yaml "$(cat am/names-x4)" --max_concurrent 4 ;;
+  b4) export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/.cache/tunebench-inductor}
       mkdir -p .work/am  # an ignored folder: kept on a warm machine, so a next call resumes the results
-      TUNEBENCH_CACHE="$PWD/.cache-b4" timeout --signal=INT "$budget" python3 benchmark.py \
-        --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --results_output_path .work/am/b4 \
-        --run_only_scenarios am-autotune-1b,am-autotune --timeout 900 --max_concurrent 4 > .work/am/b4.log 2>&1
-      echo "$(date +%T) am/b4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
-        | tee -a "$out/step.log"
+      run .work/am/b4 scripts/gpu/scenarios-acceleration-memory.yaml am-autotune-1b,am-autotune --max_concurrent 4
       cp -r .work/am/b4 .work/am/b4.log am/ ;;
-  a4) nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
-      TUNEBENCH_CACHE="$PWD/.cache-a4" timeout --signal=INT "$budget" python3 benchmark.py \
-        --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --results_output_path am/a4 \
-        --run_only_scenarios am-1b,am-unseen,am-8b --timeout 600 --max_concurrent 4 > am/a4.log 2>&1
-      echo "$(date +%T) am/a4: exit $? on $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)" \
-        | tee -a "$out/step.log" ;;
-  h)  nvidia-smi --query-gpu=name,uuid,memory.total --format=csv > "$out/gpus.csv" 2>&1
-      python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --run_only_scenarios \
+  a4) TIMEOUT=600 run am/a4 scripts/gpu/scenarios-acceleration-memory.yaml am-1b,am-unseen,am-8b --max_concurrent 4 ;;
+  h)  python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --run_only_scenarios \
         am-autotune-1b,am-autotune --results_output_path am/h --dry_run > am/h.log 2>&1
       i=0
       for d in am/h/*/; do  # each experiment's own command, the entry wrapped, a GPU and a data cache of its own

@@ -227,7 +227,7 @@ def held_between_steps(model, block: int) -> int:
     for unit in FullyShardedDataParallel.fsdp_modules(model):
         grad = getattr(getattr(unit, "_flat_param", None), "grad", None)
         if grad is not None:
-            storages[grad.untyped_storage()._cdata] = rounded(grad.untyped_storage().nbytes(), block)
+            storages[_storage_of(grad)] = rounded(grad.untyped_storage().nbytes(), block)
     return sum(storages.values())
 
 
