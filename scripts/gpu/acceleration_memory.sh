@@ -60,7 +60,8 @@ PY
       run am/x4 am/scenarios-x4.yaml "$(cat am/names-x4)" --max_concurrent 4 ;;
   b4) export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/root/.cache/tunebench-inductor}
       mkdir -p .work/am  # an ignored folder: kept on a warm machine, so a next call resumes the results
-      run .work/am/b4 scripts/gpu/scenarios-acceleration-memory.yaml am-autotune-1b,am-autotune --max_concurrent 4
+      run .work/am/b4 scripts/gpu/scenarios-acceleration-memory.yaml "${SCENARIOS:-am-autotune-1b,am-autotune}" \
+        --max_concurrent 4
       cp -r .work/am/b4 .work/am/b4.log am/ ;;
   a4) TIMEOUT=600 run am/a4 scripts/gpu/scenarios-acceleration-memory.yaml am-1b,am-unseen,am-8b --max_concurrent 4 ;;
   h)  python3 benchmark.py --scenarios_config_path scripts/gpu/scenarios-acceleration-memory.yaml --run_only_scenarios \

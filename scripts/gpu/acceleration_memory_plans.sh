@@ -12,6 +12,8 @@ scenarios=scripts/gpu/scenarios-acceleration-memory.yaml
 mkdir -p "$out"
 python benchmark.py plan --plan_device "$gpu" --scenarios_config_path "$scenarios" \
   --run_only_scenarios am-1b,am-unseen,am-8b,am-autotune-1b,am-autotune --results_output_path "$out/plan"
+python benchmark.py plan --plan_device "$gpu" --scenarios_config_path "$scenarios" \
+  --run_only_scenarios am-autotune-1b,am-autotune,am-autotune-2,am-autotune-3 --results_output_path "$out/plan-autotune"
 python benchmark.py plan --fit_map --plan_device "$gpu" --scenarios_config_path "$scenarios" \
   --run_only_scenarios am-sweep --results_output_path "$out/fit-map"
 python scripts/gpu/acceleration_memory_doc.py sweeps "$out/fit-map/fit_map.csv" "$scenarios" \

@@ -66,7 +66,7 @@ def sweep_edges(rows) -> list[dict]:
         if predicted is not None and pd.notna(predicted):  # over the bound `fits` adds the slack to (residuals)
             allocated = upper(int(predicted), "peak", keys[0], keys[SWEEP_KEYS.index("cuda_alloc_conf")])
             if keys[SWEEP_KEYS.index("torch_compile")]:  # and a compiled step's margin (planning.accelerations)
-                allocated += bound_extra(int(predicted), "default", 0)
+                allocated += bound_extra(int(predicted), "default")
         slack = int(last["mem_peak_torch_max_reserved_bytes"]) - allocated
         edges.append(
             {

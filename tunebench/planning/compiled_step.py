@@ -54,13 +54,55 @@ def _empty_strided(size, stride, dtype, *args, **kwargs):
     return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
 
 
-_LARGEST_MATMUL = [0]  # bytes of the largest matmul's operands and output a replayed plan called
+class _Step1Autotune:
+    """max-autotune's step 1, as a plan replays it: each compiled graph is autotuned when it is first called, with
+    everything alive at its entry, and the benchmark of a matmul's candidates allocates that matmul's inputs and
+    output afresh (select_algorithm's get_inputs: random example values), plus, for a decompose-K candidate, its
+    float32 partial sums. The peak of that is max over graphs of (entry + the graph's costliest matmul)."""
+
+    def __init__(self) -> None:
+        self.alive_now = None  # () -> bytes alive now as step 1 holds them; None: not watching
+        self.split_k = False  # a Triton target that autotunes matmuls (decompose-K candidates offered)
+        self.graph_matmul = 0  # the costliest matmul of the graph being replayed
+        self.peak = 0
+
+    def matmul(self, name: str, tensors: list) -> None:
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        if self.split_k and name == "mm" and len(tensors) >= 2:
+            size += split_k_partials(tensors[0].shape, tensors[1].shape)
+        self.graph_matmul = max(self.graph_matmul, size)
 
 
-def largest_matmul() -> int:
-    """Bytes of the largest matmul (operands and output) the plans replayed since inductor_plans began: what
-    max-autotune's benchmarks allocate afresh for it while step 1 compiles."""
-    return _LARGEST_MATMUL[0]
+STEP1 = _Step1Autotune()
+
+
+def split_k_partials(a_shape, b_shape) -> int:
+    """Bytes of float32 partial sums that max-autotune's decompose-K candidate for mm(a, b) allocates while it is
+    benchmarked: inductor offers it when K is at least `decompose_k_threshold` x M and x N (kernel/mm.py
+    tuned_mm), and its largest split S holds S x M x N float32 (decomposeK's bmm). H100, qwen3-1.7b's LM head
+    input gradient [4096, 151936] @ [151936, 2048]: one 1 024 MiB block (S = 32), allocator history."""
+    try:
+        from torch._inductor import config
+        from torch._inductor.utils import get_k_splits
+    except ImportError:  # an inductor without decompose-K
+        return 0
+    (m, k), n = tuple(a_shape), b_shape[-1]
+    threshold = getattr(config.triton, "decompose_k_threshold", 0)
+    if getattr(config.triton, "num_decompose_k_splits", 0) <= 0 or threshold <= 0 or k < threshold * max(m, n):
+        return 0
+    splits = [s for s in get_k_splits(m, n, k) if isinstance(s, int) and k % s == 0]
+    return max(splits, default=0) * m * n * 4
+
+
+@contextlib.contextmanager
+def step1_autotune(alive_now, split_k: bool):
+    """While it lasts, every replayed graph's entry (`alive_now()`) and its costliest matmul are watched: STEP1.peak
+    is max-autotune's step-1 peak over the graphs called."""
+    STEP1.alive_now, STEP1.split_k, STEP1.peak = alive_now, split_k, 0
+    try:
+        yield STEP1
+    finally:
+        STEP1.alive_now = None
 
 
 class _MeasuredExternKernels:
@@ -80,12 +122,24 @@ class _MeasuredExternKernels:
         def measured(*args, **kwargs):
             import torch
 
-            tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
-            size = sum(t.numel() * t.element_size() for t in tensors)
-            _LARGEST_MATMUL[0] = max(_LARGEST_MATMUL[0], size)
+            STEP1.matmul(name, [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)])
             return kernel(*args, **kwargs)
 
         return measured
+
+
+def _watched(call):
+    """A replayed graph's `call`, its entry and costliest matmul handed to STEP1 while a step is watched."""
+
+    def watched(args):
+        if STEP1.alive_now is None:
+            return call(args)
+        entry, STEP1.graph_matmul = STEP1.alive_now(), 0
+        out = call(args)
+        STEP1.peak = max(STEP1.peak, entry + STEP1.graph_matmul)
+        return out
+
+    return watched
 
 
 def replay_module(wrapper_code: str):
@@ -104,7 +158,7 @@ def replay_module(wrapper_code: str):
     namespace["assert_size_stride"] = namespace["assert_alignment"] = _no_op
     if "extern_kernels" in namespace:
         namespace["extern_kernels"] = _MeasuredExternKernels(namespace["extern_kernels"])
-    return types.SimpleNamespace(call=namespace["call"], __file__="<inductor memory plan>", runner=None,
+    return types.SimpleNamespace(call=_watched(namespace["call"]), __file__="<inductor memory plan>", runner=None,
                                  wrapper_code=wrapper_code)
 
 
@@ -195,7 +249,6 @@ def inductor_plans(cuda: bool):
     if planned is not None:
         scheduler.get_scheduling_for_device = lambda device: planned if device == "cpu" else original_scheduling(device)
     torch._dynamo.reset()
-    _LARGEST_MATMUL[0] = 0
     try:
         with inductor_config.patch(_CONFIG), _causal_mask_kept(), warnings.catch_warnings():
             # the tracker's module hooks are global ones: torch warns they fire once more for the compiled wrapper

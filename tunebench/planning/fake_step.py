@@ -109,10 +109,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["params"] += out["quant_state"]
     out["peak"] += out["quant_state"]
     out["attention"] = summary(step.chosen)
-    if shape.compile_mode:
-        from tunebench.planning.compiled_step import largest_matmul
-
-        out["autotune_operands"] = largest_matmul()
+    out["autotune_step1"] = step.autotune_step1
     return out
 
 
@@ -147,6 +144,7 @@ class _TracedStep:
         tracker = observed_tracker(peak_only(MemTracker))
         self.tracker = (ignoring_compile(tracker) if shape.compile_mode else tracker)()
         self.compiled = None
+        self.autotune_step1 = 0  # max-autotune's step-1 peak (planning.compiled_step.step1_autotune); 0: none
         self.chosen: list[str] = []
         self.rules = self.meter = None
 
@@ -164,6 +162,8 @@ class _TracedStep:
         ids = torch.randint(3, self.config.vocab_size, (self.shape.micro_batch, self.shape.seq_len))
         mask = torch.ones_like(ids) if self.shape.padded else None
         if self.shape.compile_mode:
+            if self.shape.autocast_bf16:
+                _outputs_to_float32(model)
             self._compile(model, trainable, ids, mask)
         if self.shape.fsdp is not None and self.shape.world > 1:
             self._warm_up(model, optimizer, trainable, ids, mask)
@@ -184,7 +184,8 @@ class _TracedStep:
             self.rules = ScannerRules(lambda: tracked_total(self.tracker), block=self.block) if follow else None
             self.tracker.after_op = self.rules.after_op if self.rules is not None else None
             self.meter = SavedTensorMeter(model, self.rules, block=self.block)
-            self._forward_backward(model, trainable, ids, mask)
+            with self._step1_watched(optimizer, trainable):
+                self._forward_backward(model, trainable, ids, mask)
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -192,6 +193,25 @@ class _TracedStep:
                 self.rules.finish()
         if self.compiled is not None:
             self.chosen.extend(kernel_ops.CALLED)
+
+    @contextlib.contextmanager
+    def _step1_watched(self, optimizer, trainable: list):
+        """max-autotune: the measured step's graphs replayed as step 1 autotunes them, without what step 1 does not
+        hold yet (the optimizer's state, made by its first update; accumulated gradients)."""
+        import torch
+
+        from tunebench.planning.compiled_step import step1_autotune
+        from tunebench.planning.peak_rules import tracked_total
+
+        if not (self.shape.compile_mode or "").startswith("max-autotune"):
+            yield
+            return
+        later = sum(rounded(v.untyped_storage().nbytes(), self.block) for state in optimizer.state.values()
+                    for v in state.values() if isinstance(v, torch.Tensor))
+        later += sum(rounded(p.grad.untyped_storage().nbytes(), self.block) for p in trainable if p.grad is not None)
+        with step1_autotune(lambda: tracked_total(self.tracker) - later, split_k=bool(self.gpu_arch)) as watch:
+            yield
+        self.autotune_step1 = watch.peak
 
     def _compile(self, model, trainable: list, ids, mask) -> None:
         """torch.compile the model and run one step before the tracker looks: dynamo compiles the forward and
@@ -275,6 +295,24 @@ class _TracedStep:
         self.meter.remove()
         for handle in grad_hooks:
             handle.remove()
+
+
+def _outputs_to_float32(model) -> None:
+    """accelerate's mixed precision wraps the model's forward to return float32 outputs (prepare_model's
+    convert_outputs_to_fp32), and torch.compile compiles that wrapped forward: the graph's outputs are float32
+    logits, so the tangent autograd materialises for them at backward's entry is float32 too, twice the logits
+    (H100, max-autotune on llama-3.2-1b LoRA: a 4 008 MiB float32 block at step 1's peak). An eager step makes the
+    float32 copy at the forward's end and drops it with the outputs before backward; that instant is not its peak
+    on the rows measured (the llama-3.2-1b flex row's plan moves by 0.2 MiB with it), so only a compiled step
+    takes the wrapper here."""
+    import types
+
+    from accelerate.utils import convert_outputs_to_fp32
+
+    forward = model.forward
+    function = getattr(forward, "__func__", None)
+    model.forward = (types.MethodType(convert_outputs_to_fp32(function), model) if function is not None
+                     else convert_outputs_to_fp32(forward))
 
 
 def _loss(model, ids, mask):

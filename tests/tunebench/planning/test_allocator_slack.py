@@ -53,7 +53,7 @@ def test_the_measured_h100_sweeps_verdicts_with_the_shipped_slack():
     for _, row in data.iterrows():
         compiled = bool(row.torch_compile)
         bound = upper(int(row.pred_mem_peak), "peak", row.gpu_name, row.cuda_alloc_conf) + \
-            bound_extra(int(row.pred_mem_peak), "default" if compiled else None, 0)
+            bound_extra(int(row.pred_mem_peak), "default" if compiled else None)
         verdict = fit_columns(bound, int(row.capacity_bytes), edge_slack(row.cuda_alloc_conf, compiled))
         assert verdict["pred_fits"] == (row.status == "ok"), (row.model_name_or_path, row.per_device_train_batch_size,
                                                                row.cuda_alloc_conf)
