@@ -5,6 +5,7 @@
 # (About 30 s an experiment on H100, most of it start-up; torch.compile's about 85 s: issue R's evidence.)
 # MAX_CONCURRENT=4 on nvidia-h100-x4 packs the rows on four GPUs (z-speed-1b, the throughput pair, runs alone):
 #   STEP=all MAX_CONCURRENT=4 BUDGET_PLAIN=330 BUDGET_BNB=120 bash scripts/gpu/loss_parity_evidence.sh
+#   STEP=fp32 MAX_CONCURRENT=4 ...   # z32-full-1b, z32-lora-8b: the 1B full and 8B LoRA comparisons in float32
 # Carry: .whl (trl, datasets, dill, multiprocess; liger-kernel too, else the Liger rows are left out with a line
 # saying so) and .whl-bnb (bitsandbytes, slimmed by scripts/gpu/slim_wheel.py). Each step runs two passes into
 # the same results folder: the configs without bitsandbytes (PEFT and TRL preloaded once), then those with it
@@ -13,7 +14,7 @@
 # tables: scripts/gpu/loss_parity_doc.py), loss-parity-<step>.tgz (the CSVs and every experiment's small files)
 # and step.log. Afterwards: python scripts/gpu/loss_band_rows.py <raw_summary.csv> docs/evidence/loss-parity-h100.md
 set -uo pipefail
-step=${STEP:?STEP=1b|7b|all|8b-long}
+step=${STEP:?STEP=1b|7b|all|8b-long|fp32|fp32-compile}
 results=${RESULTS:-.work/loss-parity}
 out=${OUT:-/tmp/z-out}
 mkdir -p "$out" .site .work/z

@@ -24,6 +24,8 @@ from tunebench.experiment.acceleration import needs_bitsandbytes  # noqa: E402
 
 STEPS = {"1b": ("z-speed-1b", "z-full-1b", "z-lora-1b"), "7b": ("z-lora-8b", "z-full-7b", "z-packed-1b")}
 STEPS["8b-long"] = ("z-lora-8b-long",)
+STEPS["fp32"] = ("z32-full-1b", "z32-lora-8b")  # the same comparisons in float32, packed over four GPUs
+STEPS["fp32-compile"] = ("z32-compile-1b",)
 STEPS["all"] = STEPS["1b"] + STEPS["7b"]  # one harness for both, packed over several GPUs (MAX_CONCURRENT)
 
 

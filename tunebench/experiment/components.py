@@ -80,3 +80,28 @@ def reconcile_matmul_precision() -> str | None:
     logger.info("float32 matmul precision set to %r through the legacy API too (it was set through the new one)",
                 wanted)
     return wanted
+
+
+def keep_explicit_tf32(sft_config) -> bool:
+    """Turn TF32 back off when the experiment says `tf32: false` and a library turned it on; returns whether it did.
+
+    Why: accelerate turns TF32 matmuls on for every compiled run without mixed precision on CUDA
+    (AcceleratorState: `torch.backends.cuda.matmul.allow_tf32 = True` when a dynamo backend is set), after
+    transformers applied `tf32: false`. A float32 torch.compile row then ran TF32 matmuls, 3.7 x faster than its
+    float32 eager baseline and 3.3e-4 off its loss (H100, docs/evidence/loss-parity-h100.md): a numerics change
+    nobody asked for, reported as compile's."""
+    import torch
+
+    if sft_config.tf32 is not False:
+        return False
+    try:
+        on = torch.backends.cuda.matmul.allow_tf32
+    except RuntimeError:  # read through the legacy API after the new one was set
+        on = torch.backends.cuda.matmul.fp32_precision == "tf32"
+    if not on:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    logger.warning("TF32 matmuls were turned on by a library (accelerate does for compiled runs without mixed "
+                   "precision); tf32: false is kept")
+    reconcile_matmul_precision()
+    return True

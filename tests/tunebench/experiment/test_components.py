@@ -29,3 +29,25 @@ def test_a_precision_set_through_the_new_api_reads_the_same_through_the_legacy_o
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+KEEP_TF32 = """
+from types import SimpleNamespace
+import torch
+from transformers.utils.import_utils import enable_tf32
+from tunebench.experiment.components import keep_explicit_tf32
+enable_tf32(False)  # transformers, for tf32: false
+torch.backends.cuda.matmul.allow_tf32 = True  # accelerate/state.py: a compiled run without mixed precision on CUDA
+assert keep_explicit_tf32(SimpleNamespace(tf32=None)) is False  # unset: the libraries' choice stands
+assert torch.backends.cuda.matmul.allow_tf32 is True
+assert keep_explicit_tf32(SimpleNamespace(tf32=False)) is True
+assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cuda.matmul.fp32_precision == "ieee"
+assert torch.get_float32_matmul_precision() == "highest"
+assert keep_explicit_tf32(SimpleNamespace(tf32=False)) is False  # already off: nothing to do
+"""
+
+
+def test_an_explicit_tf32_false_is_kept_when_accelerate_turns_tf32_on():
+    done = subprocess.run([sys.executable, "-c", KEEP_TF32], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
