@@ -14,7 +14,7 @@
 # tables: scripts/gpu/loss_parity_doc.py), loss-parity-<step>.tgz (the CSVs and every experiment's small files)
 # and step.log. Afterwards: python scripts/gpu/loss_band_rows.py <raw_summary.csv> docs/evidence/loss-parity-h100.md
 set -uo pipefail
-step=${STEP:?STEP=1b|7b|all|8b-long|fp32|fp32-compile}
+step=${STEP:?STEP=1b|7b|all|8b-long|fp32|fp32-compile|fp32-7b|fp32-bits}
 results=${RESULTS:-.work/loss-parity}
 out=${OUT:-/tmp/z-out}
 mkdir -p "$out" .site .work/z

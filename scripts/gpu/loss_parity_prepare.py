@@ -26,6 +26,8 @@ STEPS = {"1b": ("z-speed-1b", "z-full-1b", "z-lora-1b"), "7b": ("z-lora-8b", "z-
 STEPS["8b-long"] = ("z-lora-8b-long",)
 STEPS["fp32"] = ("z32-full-1b", "z32-lora-8b")  # the same comparisons in float32, packed over four GPUs
 STEPS["fp32-compile"] = ("z32-compile-1b",)
+STEPS["fp32-7b"] = ("z32-full-7b",)  # one H200 (nvidia-h200, needs_h200)
+STEPS["fp32-bits"] = ("z32b-lora-8b", "z32b-full-1b")  # last-bit bands, four GPUs
 STEPS["all"] = STEPS["1b"] + STEPS["7b"]  # one harness for both, packed over several GPUs (MAX_CONCURRENT)
 
 

@@ -138,6 +138,11 @@ class BenchArguments:
         default=0, metadata={"help": "0: a micro-batch's rows in the sampler's order; k > 0: permuted by a generator "
                              "seeded with k — the same data and numerics, the arithmetic reordered (a loss-band "
                              "run: framework configs `loss-band-<k>`, README \"Loss parity\")"})
+    loss_band_kind: Literal["rows", "last_bit"] = field(
+        default="rows", metadata={"help": "what a band run (loss_band_seed > 0) perturbs: `rows`, the order of a "
+                                  "micro-batch's rows only; `last_bit`, also every linear layer's output by one unit "
+                                  "in the last place on a random half of its elements (the rounding of kernels that "
+                                  "compute the same math differently: framework configs `loss-band-bits-<k>`)"})
     sft_loss: Literal["model", "trl"] = field(
         default="model",
         metadata={"help": "`model`: the model's own loss, as `transformers.Trainer` computes it (no per-step host "

@@ -156,7 +156,8 @@ def _trainer(training: _Training, model, tokenizer, dataset, peft_args, windows)
         callbacks.append(training.compile_watch)
     training.trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
                                        peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
-                                       sft_loss=bench_args.sft_loss, loss_band_seed=bench_args.loss_band_seed)
+                                       sft_loss=bench_args.sft_loss, loss_band_seed=bench_args.loss_band_seed,
+                                       loss_band_kind=bench_args.loss_band_kind)
     components.keep_explicit_tf32(sft_config)  # the Trainer's accelerate may have turned TF32 on
 
 

@@ -11,7 +11,9 @@ TRL's path and its `entropy` / `mean_token_accuracy` logs.
 `loss_band_seed` k > 0 permutes the rows of every micro-batch (RowOrder): the same examples in the same steps,
 the same padded shapes, the same arithmetic in another order (the weight gradients' sums over rows, the loss's
 sum over tokens). Its trajectory differs from the baseline's by rounding alone: the band of "the same numerics"
-that loss parity judges other settings by (tunebench.results.parity.band).
+that loss parity judges other settings by (tunebench.results.parity.band). With `loss_band_kind: last_bit` a band
+run also moves every linear layer's output in the last bit (experiment.last_bit): the rounding a kernel that computes
+the same math differently leaves in every token's arithmetic, which reordering rows does not.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class RowOrder:
 
 
 class BenchSFTTrainer(SFTTrainer):
-    def __init__(self, *args, sft_loss: str = "model", loss_band_seed: int = 0, **kwargs):
+    def __init__(self, *args, sft_loss: str = "model", loss_band_seed: int = 0, loss_band_kind: str = "rows",
+                 **kwargs):
         if sft_loss not in SFT_LOSS_CHOICES:
             raise ValueError(f"sft_loss: {sft_loss!r} is not one of {SFT_LOSS_CHOICES}")
         self.sft_loss = sft_loss
@@ -50,8 +53,13 @@ class BenchSFTTrainer(SFTTrainer):
         # each back would sync the host every micro-batch. Read once after training (step_losses()).
         self._micro_losses: list[tuple[int, Any]] = []
         super().__init__(*args, **kwargs)
+        self.last_bit = None
         if loss_band_seed:
             self.data_collator = RowOrder(self.data_collator, loss_band_seed)
+            if loss_band_kind == "last_bit":
+                from tunebench.experiment.last_bit import LastBitNoise
+
+                self.last_bit = LastBitNoise(self.model, loss_band_seed)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)

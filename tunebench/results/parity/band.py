@@ -29,6 +29,7 @@ import pandas as pd
 logger = logging.getLogger(__name__)
 
 BAND_KEY = "loss_band_seed"
+KIND_KEY = "loss_band_kind"  # rows (the default) or last_bit (experiment.last_bit): a band run either way
 BAND_FILE = Path(__file__).with_name("loss_band.csv")
 # Two: a band of three runs is the largest of three draws of the same spread; another draw of it falls beyond
 # that one time in four, and beyond twice that almost never (CPU: reordered kernels reached 0.66-0.94 of the band,
@@ -56,7 +57,7 @@ class Band:
 
 def is_band_run(run) -> bool:
     """A run of the baseline's numerics: a band seed is all its framework config sets (or it sets nothing)."""
-    return bool(run.arguments.get(BAND_KEY)) and set(run.fc_keys) <= {BAND_KEY}
+    return bool(run.arguments.get(BAND_KEY)) and set(run.fc_keys) <= {BAND_KEY, KIND_KEY}
 
 
 def band_runs(baseline, runs: list) -> list:
@@ -71,7 +72,7 @@ def band_runs(baseline, runs: list) -> list:
         if not is_band_run(run) or (run.scenario, run.num_gpus, run.device_type) != \
                 (baseline.scenario, baseline.num_gpus, baseline.device_type):
             continue
-        keys = (set(run.arguments) | set(baseline.arguments)) - {BAND_KEY}
+        keys = (set(run.arguments) | set(baseline.arguments)) - {BAND_KEY, KIND_KEY}
         if all(run.arguments.get(k) == baseline.arguments.get(k) for k in keys):
             found.append(run)
     return found

@@ -99,6 +99,18 @@ def test_the_band_is_the_widest_band_run_and_the_tolerance_twice_it():
     assert band_of(base, [base, repeat], "cpu")[0].width == pytest.approx(5e-4)
 
 
+def test_a_last_bit_band_run_widens_the_band_like_any_band_run():
+    """`loss-band-bits-<k>` sets the band seed and `loss_band_kind: last_bit`: a band run of the same baseline, and
+    the band is the widest of all band runs, rows-only or last-bit."""
+    base = run("none", BASE_ARGS, {1: 4.0, 2: 2.0}, "b")
+    rows = _band(1, {1: 4.0, 2: 2.0002}, "r1")
+    bits = run("loss-band-bits-1", {**BASE_ARGS, "loss_band_seed": 1, "loss_band_kind": "last_bit"},
+               {1: 4.0, 2: 2.0008}, "x", fc_keys=("loss_band_seed", "loss_band_kind"))
+    assert loss_band.band_runs(base, [base, rows, bits]) == [rows, bits]
+    band, _ = band_of(base, [base, rows, bits], "cpu")
+    assert band.width == pytest.approx(4e-4) and band.runs == 2
+
+
 def test_without_band_runs_the_kept_band_then_the_fixed_tolerance_with_the_reason(tmp_path, monkeypatch):
     table = tmp_path / "loss_band.csv"
     kept = {"source": "docs/evidence/x.md", "device": "NVIDIA H100 80GB HBM3", "torch_dtype": "float32",
