@@ -15,6 +15,9 @@ import logging
 
 logger = logging.getLogger(__name__)
 
+KINDS = ("rows", "last_bit")
+
+
 class LastBitNoise:
     """Forward hooks on every `torch.nn.Linear` of `model` (LoRA's, quantized ones and the LM head included)."""
 

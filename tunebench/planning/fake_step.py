@@ -198,16 +198,17 @@ class _TracedStep:
     def _step1_watched(self, optimizer, trainable: list):
         """max-autotune: the measured step's graphs replayed as step 1 autotunes them, without what step 1 does not
         hold yet (the optimizer's state, made by its first update; accumulated gradients)."""
+        import torch
+
         from tunebench.planning.compiled_step import step1_autotune
         from tunebench.planning.peak_rules import tracked_total
-        from tunebench.planning.sharded_step import local
-        from tunebench.planning.step_categories import state_bytes
 
         if not (self.shape.compile_mode or "").startswith("max-autotune"):
             yield
             return
-        later = state_bytes(optimizer, self.block) + sum(
-            rounded(local(p.grad).untyped_storage().nbytes(), self.block) for p in trainable if p.grad is not None)
+        later = sum(rounded(v.untyped_storage().nbytes(), self.block) for state in optimizer.state.values()
+                    for v in state.values() if isinstance(v, torch.Tensor))
+        later += sum(rounded(p.grad.untyped_storage().nbytes(), self.block) for p in trainable if p.grad is not None)
         with step1_autotune(lambda: tracked_total(self.tracker) - later, split_k=bool(self.gpu_arch)) as watch:
             yield
         self.autotune_step1 = watch.peak
