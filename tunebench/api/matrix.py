@@ -25,6 +25,7 @@ from tunebench.bounds import COUNT, Range
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
+from tunebench.matrix.fms_configs import fms_framework_configs
 from tunebench.matrix.inputs import (
     ScenarioFile,
     load_defaults,
@@ -75,6 +76,10 @@ class MatrixOptions:
     memory_logging: frozenset[str] = checked_field("--memory_logging", choices=MEMORY_MODES,
                                                    default=frozenset({"scanner"}), example="{'scanner', 'nvidia'}")
     repeats: int = checked_field("--repeats", Range(1, 100), default=1, example="3")
+    # fms-acceleration sample configuration files under names scenarios use (fms's --acceleration_framework_config_
+    # keypairs): each is a framework config running its `plugins:` through fms (tunebench.matrix.fms_configs)
+    fms_configs: dict[str, str] | None = checked_field("--acceleration_framework_config_keypairs", default=None,
+                                                       example="{'my-gptq': 'my-gptq-sample-configuration.yaml'}")
 
     def problems(self, source: str = "MatrixOptions") -> list[InputProblem]:
         """Every field of the wrong type or out of its range, named `source: field`."""
@@ -112,8 +117,9 @@ class MatrixInputs:
     def load(cls, options: MatrixOptions, problems: list[InputProblem]) -> MatrixInputs:
         """Ask nvidia-smi (unless the device is the CPU) and read the shared files; problems are appended."""
         gpus, slots = _usable_gpus(problems) if options.device in (Device.AUTO, Device.CUDA) else ([], [])
-        return cls(resolve_device(options.device, gpus), gpus, load_defaults(options.defaults, problems),
-                   load_framework_configs(options.framework_configs, problems),
+        configs = load_framework_configs(options.framework_configs, problems)
+        configs.update(fms_framework_configs(options.fms_configs or {}, configs, problems))
+        return cls(resolve_device(options.device, gpus), gpus, load_defaults(options.defaults, problems), configs,
                    load_yaml(options.accelerate_config, problems) or {}, options.defaults, options.framework_configs,
                    slots)
 
@@ -219,7 +225,8 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
                         max_seq_len=options.max_seq_len, packing=options.packing,
                         attn_implementation=options.attn_implementation)
     experiments = expand(selected, inputs.framework_configs, defaults, scenario_file.data_processing, matrices,
-                         inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source)
+                         inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source,
+                         defaults_source=inputs.defaults_path)
     if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
         raise InputError(
             [

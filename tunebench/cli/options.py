@@ -132,6 +132,13 @@ def _input_options(opt) -> None:
         "does with your files\"). One harness per folder: a second one is refused (exit 2, naming the holder)")
     opt("--device", choices=Device.values(), default=Device.AUTO.value,
         help="`auto` = cuda when nvidia-smi lists GPUs")
+    opt("--acceleration_framework_config_keypairs", nargs="+", metavar="NAME FILE",
+        help="fms-acceleration sample configuration files under the names scenarios use (`NAME FILE ...`): each "
+        "runs its `plugins:` through fms (docs/from-fms.md); fms's own names are framework configs already")
+    opt("--dataset_save_path", metavar="DIR", help="fms-acceleration's data cache option: tunebench caches "
+        "preprocessed data itself, in $TUNEBENCH_CACHE/data (one line says so; nothing else changes)")
+    opt("--process_port", type=int, metavar="PORT", help="fms-acceleration's accelerate port option: tunebench gives "
+        "every multi-process experiment a free port of its own (one line says so; nothing else changes)")
 
 
 def _run_options(opt) -> None:

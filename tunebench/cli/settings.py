@@ -17,6 +17,7 @@ from tunebench.cli.parsing import option_problems
 from tunebench.cli.plugin_options import read_plugin_settings
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.arguments import parse_memory_logging
+from tunebench.matrix.fms_configs import pairs_of
 from tunebench.results import folder as results_folder
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,26 @@ def matrix_options(options: argparse.Namespace, problems: list[InputProblem]) ->
         effective_batch_size=numbers(options.effective_batch_size_matrix, "--effective_batch_size_matrix", problems),
         max_seq_len=numbers(options.max_seq_len_matrix, "--max_seq_len_matrix", problems),
         packing=booleans(options.packing_matrix, problems),
-        attn_implementation=split(options.attn_implementation_matrix) if options.attn_implementation_matrix else None)
+        attn_implementation=split(options.attn_implementation_matrix) if options.attn_implementation_matrix else None,
+        fms_configs=pairs_of(options.acceleration_framework_config_keypairs, problems)
+        if options.acceleration_framework_config_keypairs else None)
+
+
+def fms_habits(options: argparse.Namespace) -> None:
+    """fms-acceleration's options and variables that tunebench does otherwise: one line each naming what it does."""
+    import os
+
+    if options.dataset_save_path:
+        logger.warning("--dataset_save_path is fms-acceleration's data cache: tunebench caches preprocessed data in "
+                       "$TUNEBENCH_CACHE/data (set TUNEBENCH_CACHE to move it); %s is not used",
+                       options.dataset_save_path)
+    if options.process_port is not None:
+        logger.warning("--process_port is fms-acceleration's accelerate port: tunebench gives every multi-process "
+                       "experiment a free port of its own; %s is not used", options.process_port)
+    if os.environ.get("ACCELERATION_FRAMEWORK_CONFIG_FILE"):
+        logger.warning("ACCELERATION_FRAMEWORK_CONFIG_FILE is fms-hf-tuning's: tunebench does not pass it to the "
+                       "experiments; name the file with --acceleration_framework_config_keypairs NAME FILE and put "
+                       "NAME in a scenario's framework_config")
 
 
 def run_settings(options: argparse.Namespace, problems: list[InputProblem]) -> RunSettings:
@@ -63,6 +83,7 @@ def read_command_line(options: argparse.Namespace, planning_only: bool = False) 
     from tunebench.api.planning import device_to_plan
 
     problems: list[InputProblem] = []
+    fms_habits(options)
     matrix_settings = matrix_options(options, problems)
     try:
         matrix_settings.device = device_to_plan(matrix_settings.device, options.plan_device,

@@ -87,7 +87,7 @@ def skip_reason(experiment: ExperimentSpec, available_gpus: int | None, slots: i
         return "FSDP through accelerate needs GPUs (on CPU the Trainer would silently run DDP instead)"
     if experiment.device_type == "cuda" and available_gpus is not None and experiment.num_gpus > available_gpus:
         return f"needs {experiment.num_gpus} GPU(s), this machine has {available_gpus}"
-    return acceleration.skip_reason(experiment.entry, experiment.model_name_or_path)
+    return acceleration.skip_reason(experiment.entry, experiment.model_name_or_path, experiment.device_type)
 
 
 def time_limit(experiment: ExperimentSpec, options: RunOptions) -> float | None:
@@ -174,8 +174,9 @@ def run_one(experiment: ExperimentSpec, gpu_ids: list[int], options: RunOptions)
     outcome, watching = _launch_watched(experiment, (launcher_name, launcher), command, gpu_ids, folder, options)
     produced = results.read_row(folder, required=())  # the entry's row: the identity is the harness's to add
     stopped_by = options.session.stop_reason
-    if outcome.returncode == 0 and produced and produced.get("status") == Status.OK and not outcome.timed_out:
-        row.update(produced)
+    if outcome.returncode == 0 and produced and produced.get("status") in (Status.OK, Status.ERROR) \
+            and not outcome.timed_out:
+        row.update(produced)  # an ERROR here is the entry's own verdict on a run that finished (a diverged loss)
     elif follower and outcome.returncode == 0 and not outcome.timed_out and not stopped_by:
         row["status"] = Status.OK
     elif stopped_by:

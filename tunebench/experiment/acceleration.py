@@ -9,6 +9,7 @@ import importlib.util
 import logging
 from dataclasses import dataclass
 
+from tunebench.experiment.fms import applicability as fms_applicability
 from tunebench.experiment.quantization import QUANT_FIX, quantization_of, setting_problem
 from tunebench.experiment.quantization import skip_reason as quantized_skip_reason
 
@@ -57,6 +58,7 @@ def problems(entry: dict[str, dict], device_type: str, installed_here: bool = Tr
         found.append(Problem("torch_compile_mode", f"unknown torch.compile mode {mode!r}",
                              "use one of " + ", ".join(COMPILE_MODES)))
     attention = attention_problem(model.get("attn_implementation"))
+    found += [Problem(*problem) for problem in fms_applicability.problems(model, device_type, installed_here)]
     return found + ([attention] if attention else [])
 
 
@@ -86,8 +88,8 @@ def attention_problem(attention: str | None) -> Problem | None:
     return None
 
 
-def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
-    """Why a setting does not apply to this experiment (the row is `skipped` with it), or None."""
+def skip_reason(entry: dict[str, dict], model_name_or_path: str, device_type: str = "cuda") -> str | None:
+    """Why a setting does not apply to this experiment on `device_type` (the row is `skipped` with it), or None."""
     from tunebench.experiment.arguments import group_value
     from tunebench.experiment.sharding import fsdp_of
     from tunebench.experiment.sharding import quantized_skip_reason as sharded_skip_reason
@@ -97,6 +99,8 @@ def skip_reason(entry: dict[str, dict], model_name_or_path: str) -> str | None:
     quantization = quantization_of(model, sharded=fsdp is not None)
     reason = (quantized_skip_reason(quantization, entry.get("peft", {}).get("peft_method", "none"))
               or sharded_skip_reason(fsdp, quantization, str(group_value("model", model, "torch_dtype"))))
+    reason = reason or fms_applicability.skip_reason(model, entry.get("peft", {}).get("peft_method", "none"),
+                                                     model_name_or_path, device_type)
     if reason:
         return reason
     if entry.get("training", {}).get("use_liger_kernel"):

@@ -59,6 +59,12 @@ class ModelArguments:
         default="auto", metadata={"help": "dtype the packed 4-bit weights are stored in: `uint8` (bitsandbytes' "
                                   "default) or a float dtype, which FSDP can shard (FSDP-QLoRA); `auto` = the "
                                   "weights' dtype under FSDP, `uint8` otherwise"})
+    # fms-acceleration's plugins (the `plugins:` body of one of its sample configurations): the experiment runs
+    # through fms's AccelerationFramework (tunebench.experiment.fms), in a fresh process.
+    fms_plugins: str = field(
+        default="", metadata={"help": "fms-acceleration plugin configuration: the `plugins:` mapping of an fms sample "
+                              "configuration (GPTQ or bitsandbytes bases, foak's fused kernels); the framework "
+                              "configs of fms's names carry them (README \"Coming from fms-acceleration\")"})
 
 
 @dataclass

@@ -77,6 +77,26 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# The hub checkpoints each preset has the shape of (their public config.json), and the quantized uploads of them that
+# fms-acceleration's reference CSVs name: a CSV row of one of these ids compares with the preset's rows.
+PRESET_HUB_IDS: dict[str, tuple[str, ...]] = {
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B",),
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B"),
+    "mistral-7b": ("mistralai/Mistral-7B-v0.1", "TheBloke/Mistral-7B-v0.1-GPTQ"),
+    "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B",),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B",),
+    "granite-3.1-2b": ("ibm-granite/granite-3.1-2b-base", "ibm-granite/granite-3.1-2b-instruct"),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                     "TheBloke/Mixtral-8x7B-Instruct-v0.1-GPTQ"),
+}
+
+
+def preset_for_hub_id(hub_id: str) -> str | None:
+    """`preset:<name>` whose shape a hub checkpoint has (case-insensitive), or None."""
+    wanted = str(hub_id).lower()
+    return next((PRESET_PREFIX + name for name, ids in PRESET_HUB_IDS.items() if wanted in map(str.lower, ids)), None)
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where a model comes from: a bundled preset, a local directory, or a hub id (needs a network)."""
@@ -168,29 +188,54 @@ def build_tokenizer(model_name_or_path: str):
     return tokenizer
 
 
+def random_init_of(model_name_or_path: str) -> bool:
+    """Whether the model gets random weights: a preset, or a local folder without weights."""
+    source = resolve_model_source(model_name_or_path)
+    return source.kind == "preset" or (source.kind == "local" and not has_weights(model_name_or_path))
+
+
+def weights_dtype(model_name_or_path: str, torch_dtype: str = "auto"):
+    """The torch dtype the weights are made in: the given one, or for `auto` the config's (float32 without one) for
+    random weights and transformers' `auto` for a checkpoint."""
+    import torch
+
+    if torch_dtype != "auto":
+        return getattr(torch, torch_dtype)
+    if not random_init_of(model_name_or_path):
+        return "auto"
+    config = load_config(model_name_or_path)
+    return getattr(torch, str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), torch.float32)
+
+
+def random_builder(model_name_or_path: str, dtype, attn_implementation: str | None = None, init_device: str = "cpu"):
+    """(config, build): `build()` makes the model with random weights, directly in `dtype` on `init_device`. No
+    float32 copy first: an 8B preset would otherwise need 32 GB of host memory before the cast; on a GPU the random
+    init takes seconds instead of minutes of host time per rank (which timed out 8B runs on 4 GPUs)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = load_config(model_name_or_path)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+
+    def build():
+        with torch.device(init_device):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+
+    return config, build
+
+
 def load_model(model_name_or_path: str, torch_dtype: str = "auto", attn_implementation: str | None = None,
                init_device: str = "cpu", quantization=None, seed: int = 0):
     """Instantiate the causal-LM: random init for presets and for local folders without weights (on
     `init_device`), the checkpoint's weights otherwise; a quantized base through transformers' bitsandbytes
     loader (tunebench.experiment.quantization), placed on `init_device`."""
-    import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = torch_dtype if torch_dtype == "auto" else getattr(torch, torch_dtype)
+    dtype = weights_dtype(model_name_or_path, torch_dtype)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    source = resolve_model_source(model_name_or_path)
-    random_init = source.kind == "preset" or (source.kind == "local" and not has_weights(model_name_or_path))
-    config = load_config(model_name_or_path) if random_init else None
-    if random_init and dtype == "auto":
-        dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").removeprefix("torch."), torch.float32)
-
-    def build():
-        # Initialise directly in the target dtype (no fp32 copy first): an 8B preset would otherwise need
-        # 32 GB of host memory before the cast. On a GPU the random init takes seconds instead of minutes of
-        # host time per rank (which timed out 8B runs on 4 GPUs).
-        with torch.device(init_device):
-            return AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
-
+    random_init = random_init_of(model_name_or_path)
+    config, build = random_builder(model_name_or_path, dtype, attn_implementation, init_device) if random_init \
+        else (None, None)
     if quantization is not None and quantization.enabled:
         from tunebench.experiment.quantization import bnb_config, random_checkpoint, restore_rng_state
 

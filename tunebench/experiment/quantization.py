@@ -135,22 +135,29 @@ def cache_root() -> Path:
     return cache_dir("models")
 
 
-def random_checkpoint(config, dtype, seed: int, init_device: str, build) -> Path:
-    """A checkpoint folder holding `build()`'s random weights, written once per (architecture, dtype, seed,
-    init device kind) and reused: the random init depends on all four. Written into a temporary folder and
-    renamed, so a concurrent experiment never reads half a checkpoint."""
+def _save_pretrained(model, folder: Path) -> None:
+    model.save_pretrained(folder, is_main_process=True)
+
+
+def random_checkpoint(config, dtype, seed: int, init_device: str, build, kind: str = "",
+                      save=_save_pretrained) -> Path:
+    """A checkpoint folder holding `build()`'s random weights, written by `save(model, folder)` (transformers'
+    save_pretrained, or another format named by `kind`) once per (architecture, dtype, seed, init device kind, kind)
+    and reused: the random init depends on the first four. Written into a temporary folder and renamed, so a
+    concurrent experiment never reads half a checkpoint."""
     device_kind = str(init_device).split(":")[0]
-    identity = json.dumps({"config": config.to_dict(), "dtype": str(dtype), "seed": seed, "device": device_kind},
-                          sort_keys=True, default=str)
-    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    folder = cache_root() / f"{getattr(config, 'model_type', 'model')}-{key}"
+    identity = {"config": config.to_dict(), "dtype": str(dtype), "seed": seed, "device": device_kind}
+    if kind:  # absent for transformers' own format: the folders written before kinds existed keep their names
+        identity["kind"] = kind
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    folder = cache_root() / f"{getattr(config, 'model_type', 'model')}-{kind + '-' if kind else ''}{key}"
     if (folder / "config.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
         model = build()
-        model.save_pretrained(staging, is_main_process=True)
+        save(model, staging)
         if not (staging / "config.json").is_file() or not any(staging.glob("*.safetensors*")):
             # transformers writes nothing from a distributed rank other than 0 (should_save_on_this_rank): renamed
             # into place, this empty folder would be the checkpoint every later experiment loads. The training

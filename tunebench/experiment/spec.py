@@ -38,6 +38,10 @@ class FrameworkConfig:
     description: str = ""
     min_gpus: int = 1  # e.g. FSDP needs 2 processes to mean anything
     accelerate_args: dict[str, Any] = field(default_factory=dict)  # extra `accelerate launch` options
+    # the framework config whose rows this one's loss is judged against (None: the baseline, `none`); e.g. a fused
+    # kernel over the quantized base it accelerates (tunebench.results.parity)
+    parity_baseline: str | None = None
+    source: str = ""  # the file that defined it (a problem of its arguments names it)
 
 
 def _setting(group: str, key: str, doc: str) -> property:

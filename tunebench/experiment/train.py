@@ -51,10 +51,12 @@ class _Training:
     device: Any  # torch.device
     floor: tuple  # the data's entropy floor (nats per token, or None) and why it is unknown
     scanned: frozenset  # memory-scanned steps and the step absorbing each scan's end (time to target skips them)
+    fms: Any = None  # tunebench.experiment.fms.seam.FmsRun: fms-acceleration's plugins drive loading and augmenting
 
 
 def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     """Train one experiment; returns (row, per-step records) on rank 0 and ({}, []) elsewhere."""
+    from tunebench.experiment import finite_loss
     from tunebench.experiment.throughput import steps_record
 
     training = _build(entry, startup)
@@ -70,6 +72,7 @@ def run(entry: tuple, startup) -> tuple[dict[str, Any], list[dict]]:
     losses = training.trainer.step_losses()
     row = _row(training, train_metrics, step_times, token_steps, losses, startup)
     row.update(_target_columns(training, step_times, token_steps, losses, row.get("steady_step_time_median")))
+    row = finite_loss.guard(row, losses, len(step_times))
     policy, timer = training.policy, training.timer
     steady = set(range(1, len(step_times) + 1)) - set(range(1, policy.warmup_steps + 1)) - timer.excluded
     records = steps_record(step_times, token_steps, steady, losses)
@@ -118,16 +121,20 @@ def _build(entry: tuple, startup) -> _Training:
     # otherwise start from whatever the RNG held, and the same experiment would report a different loss each run.
     set_seed(sft_config.seed)
     quantization = quantization_of(model_args, sharded=bool(sft_config.fsdp))
+    fms = fms_run(model_args, results_dir)
     # A quantized preset is loaded from a random checkpoint written once (experiment.quantization): the main process
     # writes it while the other ranks wait (transformers writes nothing from a rank other than 0), then they read it.
-    with state.local_main_process_first() if quantization.enabled else contextlib.nullcontext():
-        model = load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
-                           init_device=components.preset_init_device(model_args, sft_config, state),
-                           quantization=quantization, seed=sft_config.seed)
+    with state.local_main_process_first() if quantization.enabled or fms else contextlib.nullcontext():
+        init_device = components.preset_init_device(model_args, sft_config, state)
+        sharded = bool(sft_config.fsdp) and state.num_processes > 1
+        model = fms.load_model(model_args, init_device, sft_config.seed, sharded) if fms and fms.loads_model else \
+            load_model(model_args.model_name_or_path, model_args.torch_dtype, model_args.attn_implementation,
+                       init_device=init_device, quantization=quantization, seed=sft_config.seed)
     startup.mark("model")
     training = _Training(sft_config, bench_args, state, memory_logging, policy, trackers, quantization, TokenCounter(),
                          None, None, None, torch.cuda.is_available() and not sft_config.use_cpu, None, floor,
-                         frozenset(range(windows.memory[0], windows.memory[1] + 2)) if windows.memory else frozenset())
+                         frozenset(range(windows.memory[0], windows.memory[1] + 2)) if windows.memory else frozenset(),
+                         fms)
     _trainer(training, model, tokenizer, dataset, peft_args, windows)
     startup.mark("trainer")
     return training
@@ -154,10 +161,15 @@ def _trainer(training: _Training, model, tokenizer, dataset, peft_args, windows)
     training.compile_watch = CompileWatch().install() if sft_config.torch_compile else None
     if training.compile_watch is not None:
         callbacks.append(training.compile_watch)
+    peft_config = components.build_peft_config(peft_args)
+    if training.fms is not None:  # fms's augmentation: its GPTQ and bnb plugins add LoRA and hand back None
+        model, peft_config = training.fms.augment(model, sft_config, peft_config)
     training.trainer = BenchSFTTrainer(model=model, args=sft_config, train_dataset=dataset, processing_class=tokenizer,
-                                       peft_config=components.build_peft_config(peft_args), callbacks=callbacks,
+                                       peft_config=peft_config, callbacks=callbacks,
                                        sft_loss=bench_args.sft_loss, loss_band_seed=bench_args.loss_band_seed,
                                        loss_band_kind=bench_args.loss_band_kind)
+    if training.fms is not None:
+        training.fms.ready(model, training.trainer)
     components.keep_explicit_tf32(sft_config)  # the Trainer's accelerate may have turned TF32 on
 
 
@@ -202,6 +214,7 @@ def _row(training: _Training, train_metrics: dict, step_times, token_steps, loss
         "train_tokens_per_second": tokens["padded_tokens"] / runtime,
         "train_nonpad_tokens_per_second": tokens["nonpad_tokens"] / runtime,
         "train_nonpad_tokens_per_second_per_device": tokens["nonpad_tokens"] / runtime / world,
+        "train_tokens_per_second_per_device": tokens["padded_tokens"] / runtime / world,
         "padding_fraction": 1 - tokens["nonpad_tokens"] / tokens["padded_tokens"] if tokens["padded_tokens"] else None,
         "train_tokens": tokens["padded_tokens"],
         "train_nonpad_tokens": tokens["nonpad_tokens"],
@@ -223,7 +236,7 @@ def _row(training: _Training, train_metrics: dict, step_times, token_steps, loss
         row["mem_peak_torch_max_reserved_bytes"] = torch.cuda.max_memory_reserved(training.device)
     row["distributed_type"] = str(trainer.accelerator.distributed_type).split(".")[-1]
     row.update(acceleration_columns(training.quantization, training.compile_watch, training.policy.warmup_steps,
-                                    losses, row))
+                                    losses, row, training.fms))
     if "huggingface" not in training.memory_logging:  # the columns exist in every row, empty when not measured
         row.update(hf_memory_columns({}))
     for tracker in training.trackers:
@@ -235,6 +248,18 @@ def _row(training: _Training, train_metrics: dict, step_times, token_steps, loss
     return row
 
 
+def fms_run(model_args, folder: Path):
+    """The experiment's fms-acceleration run (tunebench.experiment.fms.seam), or None without fms plugins."""
+    from tunebench.experiment.fms.settings import fms_plugins_of
+
+    plugins = fms_plugins_of(model_args.fms_plugins)
+    if not plugins.enabled:
+        return None
+    from tunebench.experiment.fms.seam import FmsRun
+
+    return FmsRun.start(plugins, folder)
+
+
 def own_peak_rss() -> int | None:
     """This process's peak RSS in bytes (VmHWM). Not ru_maxrss: Linux carries the launcher's peak across the
     fork and exec into it (a 1.5 GB parent made a 10 MB child report 1.5 GB)."""
@@ -243,11 +268,13 @@ def own_peak_rss() -> int | None:
 
 
 def acceleration_columns(quantization, compile_watch, warmup_steps: int, losses: dict[int, float],
-                         row: dict[str, Any]) -> dict[str, Any]:
-    """The row's quantization label, torch.compile's columns (their warning joined to the row's) and the last
-    step's loss (the loss-parity columns compare whole trajectories, from steps.json, across rows)."""
+                         row: dict[str, Any], fms=None) -> dict[str, Any]:
+    """The row's quantization label, torch.compile's columns (their warning joined to the row's), fms's columns and
+    the last step's loss (the loss-parity columns compare whole trajectories, from steps.json, across rows)."""
     out: dict[str, Any] = {"quantization": quantization.label(),
                            "train_loss_last_step": losses[max(losses)] if losses else None}
+    if fms is not None:
+        out.update(fms.columns())
     if compile_watch is not None:
         columns = compile_watch.columns(warmup_steps)
         late = columns.pop("measurement_warning", None)

@@ -12,6 +12,7 @@ from typing import Any
 from tunebench.errors import InputProblem
 from tunebench.experiment.arguments import ModelArguments
 from tunebench.experiment.spec import BASELINE, ExperimentSpec, FrameworkConfig
+from tunebench.matrix.habits import Layer, resolve_precision, split_target_modules
 from tunebench.matrix.inputs import Scenario
 from tunebench.user_files import shown
 
@@ -87,6 +88,7 @@ def expand(
     accelerate_config: dict[str, Any],
     problems: list[InputProblem],
     scenarios_source: str = "scenarios.yaml",
+    defaults_source: str = "defaults.yaml",
 ) -> list[ExperimentSpec]:
     """Precedence, lowest to highest: defaults < data_processing < scenario < framework config < CLI matrix.
     A scenario that names no model (nor do the defaults) gets the entry's default model (`preset:llama-tiny`)."""
@@ -109,7 +111,8 @@ def expand(
                     "use one of: null, " + ", ".join(sorted(n for n in framework_configs if n != BASELINE)),
                 ))
                 continue
-            layers = _Layers(defaults, data_processing, scenario, fc, device_type, accelerate_config, scenarios_source)
+            layers = _Layers(defaults, data_processing, scenario, fc, device_type, accelerate_config, scenarios_source,
+                             defaults_source)
             counts = [n for n in matrices.num_gpus if scenario.num_gpus is None or n in scenario.num_gpus]
             for combo in itertools.product(
                     models, counts, matrices.effective_batch_size or [None], matrices.max_seq_len or [None],
@@ -132,6 +135,28 @@ class _Layers:
     device_type: str
     accelerate_config: dict[str, Any]
     source: str
+    defaults_source: str = "defaults.yaml"
+
+    def habits(self, args: dict[str, Any], cli_layer: dict[str, Any]) -> InputProblem | None:
+        """fms's habits read as fms reads them (tunebench.matrix.habits): mixed precision as one choice across the
+        layers (the losing flag turned off where it was on), space-separated target modules split."""
+        scenario, fc = self.scenario, self.framework_config
+        precision, conflict = resolve_precision([
+            Layer(self.defaults_source, self.defaults, weak=True),
+            Layer(f"{self.source}: data_processing", self.data_processing),
+            Layer(f"{self.source}: scenario {scenario.name!r}", scenario.arguments),
+            Layer(f"{fc.source or 'framework configs'}: framework config {fc.name!r}", fc.arguments),
+            Layer("command line", cli_layer)])
+        if conflict:
+            return InputProblem(self.source, f"scenario {scenario.name!r}: arguments.bf16/fp16", conflict,
+                                "turn on one of bf16 and fp16 (the other follows), or drop it where the framework "
+                                "config sets it")
+        for flag, value in precision.items():
+            if not value and args.get(flag) not in (None, False):
+                args[flag] = False
+        if "target_modules" in args:
+            args["target_modules"] = split_target_modules(args["target_modules"])
+        return None
 
     def experiment(self, model: str, num_gpus: int, ebs: int | None, seq_len: int | None, packing: bool | None,
                    attention: str | None, problems: list[InputProblem]) -> ExperimentSpec | None:
@@ -143,7 +168,7 @@ class _Layers:
         scenario = self.scenario
         args = resolve_arguments(self.defaults, self.data_processing, scenario.arguments,
                                  self.framework_config.arguments, cli_layer)
-        bad = _batch_problem(args, scenario.name, self.source)
+        bad = self.habits(args, cli_layer) or _batch_problem(args, scenario.name, self.source)
         if bad:  # the batch is arithmetic here: a non-count never reaches it
             if bad not in problems:
                 problems.append(bad)

@@ -89,6 +89,7 @@ def parse_scenarios(data: Any, source: str, problems: list[InputProblem]) -> Sce
     return ScenarioFile(scenarios, dict(data_processing))
 
 
+FRAMEWORK_CONFIG_KEYS = ("description", "arguments", "min_gpus", "accelerate_args", "parity_baseline")
 SCENARIO_KEYS = ("name", "framework_config", "arguments", "slow", "exclusive", "timeout", "num_gpus")
 
 
@@ -155,9 +156,9 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
     for name, body in _expect_mapping(data, source, "framework_configs", problems).items():
         key = f"framework_configs.{name}"
         body = _expect_mapping(body, source, key, problems)
-        for extra in sorted(set(body) - {"description", "arguments", "min_gpus", "accelerate_args"}):
+        for extra in sorted(set(body) - set(FRAMEWORK_CONFIG_KEYS)):
             problems.append(InputProblem(source, f"{key}.{extra}", "unknown framework config key",
-                                         "allowed: description, arguments, min_gpus, accelerate_args"))
+                                         "allowed: " + ", ".join(FRAMEWORK_CONFIG_KEYS)))
         min_gpus = body.get("min_gpus", 1)
         if not isinstance(min_gpus, int) or min_gpus < 1:
             problems.append(InputProblem(source, f"{key}.min_gpus", f"expected a positive integer, got "
@@ -172,5 +173,13 @@ def load_framework_configs(path: str | Path, problems: list[InputProblem]) -> di
             accelerate_args=dict(
                 _expect_mapping(body.get("accelerate_args"), source, f"{key}.accelerate_args", problems)
             ),
+            parity_baseline=body.get("parity_baseline"),
+            source=source,
         )
+    for name, config in configs.items():
+        baseline = config.parity_baseline
+        if baseline is not None and (not isinstance(baseline, str) or baseline not in configs):
+            problems.append(InputProblem(source, f"framework_configs.{name}.parity_baseline",
+                                         f"{shown(baseline)} is not a framework config of this file",
+                                         "name one of: " + ", ".join(sorted(configs))))
     return configs

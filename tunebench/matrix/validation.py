@@ -139,6 +139,7 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
     """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
     known = entry_parser().known_keys()
     seen, problems, typed_specs = set(), [], []
+    _probe_fms(experiments)
     for experiment in experiments:
         found = _unknown_keys(experiment, known, sources)
         spec = None
@@ -154,6 +155,26 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
         if spec is not None and not found:
             typed_specs.append(spec)
     return typed_specs, problems
+
+
+def _probe_fms(experiments: list[ExperimentSpec]) -> None:
+    """Ask fms about every plugin body of the matrix at once (one child interpreter; tunebench.experiment.fms.checks)
+    where fms is installed: each experiment's checks then read the answer."""
+    from tunebench.experiment.fms.compat import missing_packages
+    from tunebench.experiment.fms.settings import fms_plugins_of
+
+    bodies = set()
+    for experiment in experiments:
+        try:
+            plugins = fms_plugins_of(experiment.arguments.get("fms_plugins"))
+        except ValueError:
+            continue  # the experiment's problems say so
+        if plugins.enabled and not missing_packages(plugins.packages):
+            bodies.add(plugins.text())
+    if bodies:
+        from tunebench.experiment.fms.checks import prefetch
+
+        prefetch(sorted(bodies))
 
 
 def typed(experiments: list[ExperimentSpec], cuda_here: bool = False) -> list[ExperimentSpec]:

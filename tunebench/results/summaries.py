@@ -40,7 +40,8 @@ KEY_METRICS = [
     "steady_step_time_median", "steady_step_time_cv", "steady_steps", "steady_padding_fraction",
     "scan_attention_backend", "measurement_warning", "scan_mem_peak_allocated", "scan_mem_activations",
     "mem_nvidia_mem_reserved", "steady_energy_joules_per_nonpad_token", "startup_seconds", "train_loss",
-    "train_runtime", "train_nonpad_tokens_per_second", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "repeats",
+    "train_runtime", "train_nonpad_tokens_per_second", "train_tokens_per_second",
+    "train_tokens_per_second_per_device", "mfu", "mem_peak_torch_mem_alloc_in_bytes", "repeats",
     "quantization", "loss_parity_max_rel_diff", "loss_parity_final_rel_diff", "compile_seconds",
     "steady_nonpad_tokens_per_second_olympic", "steady_nonpad_tokens_per_second_spread_pct", "error_messages",
 ]

@@ -118,6 +118,18 @@ def test_launchers_single_and_multi_process(tmp_path):
     assert command.argv[-4:] == ["-m", "tunebench.experiment.train", "--spec", str((tmp_path / "spec.json").resolve())]
 
 
+def test_fms_experiments_start_in_a_fresh_interpreter():
+    """fms's plugins patch peft's and transformers' classes for the whole process: never a fork of the preload
+    server, even when --launcher forkserver asks for it (tunebench.execution.launchers.needs_fresh_interpreter)."""
+    bnb = {"peft": {"quantization": {"bitsandbytes": {"quant_type": "nf4", "no_peft_model": False}}}}
+    spec = _spec(1, "cpu", max_steps=10, peft_method="lora", fms_plugins=bnb)
+    preloading = RunOptions(Path("out"), accelerate_config_path=None, preload=True)
+    assert choose(spec, preloading).name == "python"
+    asked = RunOptions(Path("out"), accelerate_config_path=None, preload=True, launcher="forkserver")
+    assert choose(spec, asked).name == "python"
+    assert choose(_spec(1, "cpu", max_steps=10), asked).name == "forkserver"
+
+
 LORA_ARGS = {"peft_method": "lora", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"],
              "debug": "underflow_overflow"}
 

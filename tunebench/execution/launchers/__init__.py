@@ -46,12 +46,20 @@ class LauncherChoice(Protocol):
     session: Any  # the run's RunSession: its `preload` server
 
 
+def needs_fresh_interpreter(spec: ExperimentSpec) -> bool:
+    """fms-acceleration's plugins change peft's and transformers' classes for the whole process and allow one custom
+    loader per process (tunebench.experiment.fms.seam): such an experiment never runs in a fork of the preload
+    server, whose imports it would find already patched or would patch for the next fork's parent."""
+    return bool(spec.entry) and bool(spec.value("model", "fms_plugins"))
+
+
 def default_launcher(spec: ExperimentSpec, preload: bool, node: Rendezvous | None = None) -> str:
     """Several processes need a launcher of ranks (this node's ranks when the experiment spans machines): torchrun
-    on CPU, accelerate on GPUs; one process is forked from the preload server unless preloading is off."""
+    on CPU, accelerate on GPUs; one process is forked from the preload server unless preloading is off or the
+    experiment needs a fresh interpreter."""
     if spec.num_gpus > 1 or node is not None:
         return LauncherName.TORCHRUN if spec.device_type == "cpu" else LauncherName.ACCELERATE
-    return LauncherName.FORKSERVER if preload else LauncherName.PYTHON
+    return LauncherName.FORKSERVER if preload and not needs_fresh_interpreter(spec) else LauncherName.PYTHON
 
 
 def chosen(spec: ExperimentSpec, options: LauncherChoice, node: Rendezvous | None = None) -> str:
@@ -59,6 +67,10 @@ def chosen(spec: ExperimentSpec, options: LauncherChoice, node: Rendezvous | Non
     the run's `--launcher` where it fits the experiment, else the default for its shape."""
     default = default_launcher(spec, options.preload, node)
     if not options.launcher or options.launcher == default:
+        return default
+    if options.launcher == LauncherName.FORKSERVER and needs_fresh_interpreter(spec):
+        logger.info("%s: fms-acceleration's plugins patch the whole process: started with %s, not forked from the "
+                    "preload server", spec.folder_name, default)
         return default
     wanted = LAUNCHERS.load(options.launcher)
     several = spec.num_gpus > 1 or node is not None

@@ -22,6 +22,7 @@ ENTRY_MODULE = "tunebench.experiment.train"
 # environment is inherited but not written into command.sh (it would leak unrelated, possibly secret, values).
 _REPRO_ENV_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "HF_", "TRANSFORMERS_", "ACCELERATE_", "OMP_",
                        "TOKENIZERS_", "SCANNER_", "TUNEBENCH_", "MASTER_", "NVSHMEM_")
+_NOT_INHERITED = ("ACCELERATION_FRAMEWORK_CONFIG_FILE",)
 _REPO = str(Path(__file__).resolve().parents[3])  # tunebench/execution/launchers/ → the repository
 
 
@@ -116,8 +117,11 @@ def environment(spec: ExperimentSpec, gpu_ids: list[int], extra_env: dict[str, s
     for key, value in os.environ.items():
         if key.startswith(_REPRO_ENV_PREFIXES) and key not in repro_env:
             repro_env[key] = value
-    # Not in command.sh: only under the harness does every rank die with the launcher that leads its group.
-    return {**os.environ, **repro_env, LAUNCHED_GROUP_ENV: "1"}, repro_env
+    # Not in command.sh: only under the harness does every rank die with the launcher that leads its group. fms's
+    # AccelerationFramework reads ACCELERATION_FRAMEWORK_CONFIG_FILE when its own file is empty: an experiment runs
+    # the plugins its spec names, never a user's leftover variable (tunebench.cli.settings says so once).
+    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    return {**inherited, **repro_env, LAUNCHED_GROUP_ENV: "1"}, repro_env
 
 
 def python_entry() -> list[str]:

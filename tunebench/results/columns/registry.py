@@ -62,10 +62,12 @@ REGISTRY: tuple[Column, ...] = (
     _k("torch_dtype", IDENTITY, "-", S_ID, "dtype the weights are created in"),
     _k("quantization", IDENTITY, "-", S_ID,
        "the base's quantization: `none`, `bnb-4bit-<nf4|fp4>[-dq]` (bitsandbytes 4-bit, `-dq`: double quantization), "
-       "`bnb-8bit`"),
+       "`bnb-8bit`, `gptq-<bits>bit-g<group>-<rtn|checkpoint>` (fms's GPTQ base: `rtn` = tunebench's round-to-nearest "
+       "packing of the random or given weights, `checkpoint` = a GPTQ checkpoint as given)"),
     # ---------------------------------------------------------------- outcome
     _k("status", OUTCOME, "-", S_OUT, "`ok`, `oom`, `error`, `timeout`, `skipped`"),
-    _k("error_messages", OUTCOME, "-", S_OUT, "last traceback, or why it was skipped"),
+    _k("error_messages", OUTCOME, "-", S_OUT, "last traceback, or why it was skipped; a run whose loss went NaN or "
+                                              "infinite is an `error` starting `nonfinite_loss:` (no loss figure)"),
     _k("measurement_warning", OUTCOME, "-", S_OUT,
        "empty, or why the figures are not trustworthy (too few steady steps, a step-time spread above the limit, "
        "an attention kernel other than the prediction's or the config's, an impossible MFU/HFU)"),
@@ -112,6 +114,14 @@ REGISTRY: tuple[Column, ...] = (
     _m("compile_last_step", "count", None, "count", S_ACCEL, "torch.compile: the last optimizer step that compiled"),
     _m("compile_steady_recompiles", "count", LOWER, "count", S_ACCEL,
        "torch.compile: compilations after the warm-up (those steps are left out of the steady window, and warned)"),
+    # ---------------------------------------------------------------- fms-acceleration
+    _k("fms_plugins", METRIC, "-", S_ACCEL, "fms-acceleration plugin paths the row ran through fms's "
+                                            "AccelerationFramework, `+`-joined (`auto_gptq`, `bitsandbytes`, "
+                                            "`fused_ops_and_kernels`, ...); empty without fms"),
+    _k("fms_versions", METRIC, "-", S_ACCEL, "the fms packages it used, `name==version`, `;`-joined"),
+    _k("fms_patches", METRIC, "-", S_ACCEL, "what was changed to run them, `;`-joined: tunebench's compatibility "
+                                            "fixes, what fms left changed process-wide and tunebench restored, and "
+                                            "fms's model patches (`rule <id> x<modules>`: foak's kernels)"),
     # ---------------------------------------------------------------- loss parity
     _m("train_loss_last_step", "-", None, "loss", S_ACCEL, "the last optimizer step's loss (sum of its micro-batch "
                                                            "losses)"),
@@ -148,6 +158,9 @@ REGISTRY: tuple[Column, ...] = (
     _m("train_tokens_per_second", "tokens/s", HIGHER, "whole_run", S_RUN, "train_tokens ÷ train_runtime"),
     _m("train_nonpad_tokens_per_second", "tokens/s", HIGHER, "whole_run", S_RUN, "train_nonpad_tokens ÷ train_runtime"),
     _m("train_nonpad_tokens_per_second_per_device", "tokens/s", HIGHER, "whole_run", S_RUN, "the above ÷ processes"),
+    _m("train_tokens_per_second_per_device", "tokens/s", HIGHER, "whole_run", S_RUN,
+       "train_tokens_per_second ÷ processes: what Hugging Face's `train_tokens_per_second` (and fms-acceleration's "
+       "benchmark CSV) reports, padded tokens per device"),
     _m("padding_fraction", "fraction", None, "ratio", S_RUN, "1 − non-padding / all tokens, whole run"),
     _m("train_model_flops", "FLOP", None, "count", S_RUN, "analytic model FLOPs of the run (README: MFU)"),
     _m("mfu", "fraction", HIGHER, "whole_run", S_RUN, "train_model_flops ÷ train_runtime ÷ (peak × devices)"),

@@ -370,8 +370,8 @@ def compare_paths(
     result = compare_frames(ref_df, new_df, keys=keys, thresholds=thresholds, directions=directions, metrics=metrics,
                             allow_missing=allow_missing, min_effects=min_effects, reference_samples=ref_runs,
                             results_samples=new_runs, sample_sources=(ref_where, new_where))
-    result.notes.insert(0, f"reference: `{reference}` ({len(ref_df)} rows); "
-                           f"results: `{results_csv}` ({len(new_df)} rows)")
+    result.notes[0:0] = [f"reference: `{reference}` ({len(ref_df)} rows); results: `{results_csv}` ({len(new_df)} "
+                         "rows)", *ref_df.attrs.get("notes", []), *new_df.attrs.get("notes", [])]
     out = Path(out_dir) if out_dir is not None else results_csv.parent / "compare"
     write_outputs(result, out, charts=charts)
     return result

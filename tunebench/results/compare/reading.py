@@ -63,7 +63,39 @@ def load_csv(path: str | os.PathLike, role: str) -> pd.DataFrame:
         dup = sorted(set(df.columns[df.columns.duplicated()]))
         raise CompareInputError(f"{role} {p}: duplicate column(s) {dup}; fix the header")
     df.attrs["path"] = str(p)
-    return df
+    return from_fms(df) if is_fms_csv(df) else df
+
+
+# fms-acceleration's benchmark CSV (scripts/benchmarks/refs/*.csv, its benchmarks.csv): no experiment_id or status,
+# Hugging Face's per-device `train_tokens_per_second`, hub ids for models, and full fine-tuning with a blank
+# peft_method. Read into tunebench's words, so that it joins with tunebench's rows on the same keys.
+FMS_RENAMES = {"train_tokens_per_second": "train_tokens_per_second_per_device"}
+
+
+def is_fms_csv(df: pd.DataFrame) -> bool:
+    return {"framework_config", "train_tokens_per_second"} <= set(df.columns) and "experiment_id" not in df.columns
+
+
+def from_fms(df: pd.DataFrame) -> pd.DataFrame:
+    """An fms benchmark CSV in tunebench's words; `attrs["notes"]` says what was translated."""
+    from tunebench.experiment.models import preset_for_hub_id
+
+    out = df.rename(columns=FMS_RENAMES)
+    if "peft_method" in out.columns:
+        out["peft_method"] = out["peft_method"].where(out["peft_method"].notna() & (out["peft_method"] != ""), "none")
+    mapped = []
+    if "model_name_or_path" in out.columns:
+        presets = out["model_name_or_path"].map(lambda m: preset_for_hub_id(m) if isinstance(m, str) else None)
+        pairs = zip(out["model_name_or_path"], presets, strict=True)
+        mapped = sorted({f"{model} → {preset}" for model, preset in pairs if isinstance(preset, str)})
+        out["model_name_or_path"] = presets.where(presets.notna(), out["model_name_or_path"])
+    if "status" not in out.columns:  # fms's checked-in CSVs keep the runs that finished
+        out["status"] = "ok"
+    out.attrs = {**df.attrs, "notes": [
+        f"{df.attrs.get('path', 'the CSV')} is fms-acceleration's benchmark CSV: its train_tokens_per_second "
+        "(per device, padded) is compared as train_tokens_per_second_per_device, a blank peft_method is `none`"
+        + (f", models as presets: {'; '.join(mapped)}" if mapped else "")]}
+    return out
 
 
 def numeric_metrics(df: pd.DataFrame, columns: list[str], role: str) -> pd.DataFrame:

@@ -52,6 +52,7 @@ class Trajectory:
     device_type: str
     arguments: dict
     losses: dict[int, float]
+    parity_baseline: str = BASELINE  # the framework config this run's loss is judged against
 
 
 def _read(folder: Path) -> Trajectory | None:
@@ -70,9 +71,11 @@ def _read(folder: Path) -> Trajectory | None:
     arguments = spec.get("arguments")
     if not losses or not isinstance(arguments, dict) or not isinstance(spec.get("experiment_id"), str):
         return None
+    wanted = detail.get("parity_baseline") if isinstance(detail, dict) else None
     return Trajectory(spec["experiment_id"], int(spec.get("repeat") or 1), str(spec.get("scenario")),
                       str(spec.get("framework_config")), frozenset(fc_args or {}), spec.get("num_gpus"),
-                      str(spec.get("device_type")), arguments, losses)
+                      str(spec.get("device_type")), arguments, losses,
+                      wanted if isinstance(wanted, str) and wanted else BASELINE)
 
 
 def _finite(value: Any) -> bool:
@@ -80,19 +83,30 @@ def _finite(value: Any) -> bool:
 
 
 def baseline_of(run: Trajectory, runs: list[Trajectory]) -> Trajectory | None:
-    """The run's baseline among `runs` (the same repeat when there is one), or None."""
+    """The run's baseline among `runs` (the same repeat when there is one), or None: its framework config's
+    `parity_baseline` (`none` unless it names one, e.g. a fused kernel over the quantized base it accelerates) in the
+    same scenario on as many devices, equal in every argument neither framework config sets."""
     if run.framework_config == BASELINE:
         return run
     candidates = []
     for other in runs:
-        if (other.framework_config != BASELINE or other.scenario != run.scenario or other.num_gpus != run.num_gpus
-                or other.device_type != run.device_type):
+        if (other.framework_config != run.parity_baseline or other.scenario != run.scenario
+                or other.num_gpus != run.num_gpus or other.device_type != run.device_type):
             continue
-        keys = (set(run.arguments) | set(other.arguments)) - run.fc_keys
+        keys = (set(run.arguments) | set(other.arguments)) - set_by(run) - set_by(other)
         if all(run.arguments.get(k) == other.arguments.get(k) for k in keys):
             candidates.append(other)
     same_repeat = [c for c in candidates if c.repeat == run.repeat]
     return (same_repeat or sorted(candidates, key=lambda c: c.repeat) or [None])[0]
+
+
+PRECISION = frozenset({"bf16", "fp16"})
+
+
+def set_by(run: Trajectory) -> frozenset:
+    """The arguments a run's framework config decides: its own keys, and with one of bf16/fp16 both (mixed precision
+    is one choice: the other flag was turned off for it, tunebench.matrix.habits)."""
+    return run.fc_keys | (PRECISION if run.fc_keys & PRECISION else frozenset())
 
 
 def max_rel_diff(run: Trajectory, baseline: Trajectory) -> tuple[int, float | None, float | None]:
@@ -209,15 +223,16 @@ def missing_baseline_note(row: pd.Series, run: Trajectory | None, frame: pd.Data
     scenario and devices) is absent from the folder, or the baseline did not finish or logged no loss."""
     if run is None:
         return f"no per-step loss in this experiment's {STEPS_FILE}: nothing to compare"
-    same = frame[(frame.get("framework_config") == BASELINE) & (frame.get("scenario") == run.scenario)
+    same = frame[(frame.get("framework_config") == run.parity_baseline) & (frame.get("scenario") == run.scenario)
                  & (pd.to_numeric(frame.get("num_gpus"), errors="coerce") == run.num_gpus)] \
         if {"framework_config", "scenario", "num_gpus"} <= set(frame.columns) else frame.iloc[0:0]
     if same.empty:
-        return (f"no baseline in this folder: add framework config `none` (null) to scenario {run.scenario!r} on "
+        wanted = "`none` (null)" if run.parity_baseline == BASELINE else f"`{run.parity_baseline}`"
+        return (f"no baseline in this folder: add framework config {wanted} to scenario {run.scenario!r} on "
                 f"{run.num_gpus} device(s), with the same arguments")
     failed = same[same.get("status") != Status.OK] if "status" in same.columns else same.iloc[0:0]
     if len(failed) == len(same):
         first = failed.iloc[0]
         return f"its baseline {first.get('experiment_id')} ended {first.get('status')}: no loss to compare with"
     return (f"no baseline with the same arguments and a per-step loss in this folder (scenario {run.scenario!r}, "
-            "framework config `none`): the arguments the framework config does not set must match")
+            f"framework config `{run.parity_baseline}`): the arguments the framework configs do not set must match")

@@ -44,6 +44,19 @@ def test_baseline_is_the_null_config_with_the_same_arguments_but_the_config_keys
     assert baseline_of(fast, [other_seed, other_scenario]) is None
 
 
+def test_a_named_parity_baseline_is_that_framework_config():
+    """foak's fused kernels over fms's GPTQ base are judged against the GPTQ rows (same quantized weights), not the
+    unquantized baseline: keys either framework config sets (its plugins, fp16) are left out of the match."""
+    gptq_args = {**BASE_ARGS, "fms_plugins": "{gptq}", "fp16": True, "bf16": False}  # bf16 turned off by fp16
+    base = run("none", {**BASE_ARGS, "bf16": True}, {1: 2.0}, "b")
+    gptq = run("gptq", gptq_args, {1: 2.1}, "g", fc_keys=("fms_plugins", "fp16"))
+    foak = Trajectory("k", 1, "s", "gptq-foak", frozenset({"fms_plugins", "fp16"}), 1, "cpu",
+                      {**gptq_args, "fms_plugins": "{gptq+foak}"}, {1: 2.1}, parity_baseline="gptq")
+    assert baseline_of(foak, [base, gptq, foak]) is gptq
+    assert baseline_of(foak, [base, foak]) is None
+    assert baseline_of(gptq, [base, gptq, foak]) is base
+
+
 def test_repeats_pair_with_the_same_repeat():
     bases = [run("none", BASE_ARGS, {1: 2.0}, "b", repeat=k) for k in (1, 2)]
     fast = run("fast", BASE_ARGS, {1: 2.0}, "f", repeat=2)
