@@ -91,7 +91,7 @@ def attention_problem(attention: str | None) -> Problem | None:
 def skip_reason(entry: dict[str, dict], model_name_or_path: str, device_type: str = "cuda") -> str | None:
     """Why a setting does not apply to this experiment on `device_type` (the row is `skipped` with it), or None."""
     from tunebench.experiment.arguments import group_value
-    from tunebench.experiment.sharding import fsdp_of
+    from tunebench.experiment.sharding import fsdp_of, fused_fp16_skip_reason
     from tunebench.experiment.sharding import quantized_skip_reason as sharded_skip_reason
 
     model = entry.get("model", {})
@@ -99,8 +99,9 @@ def skip_reason(entry: dict[str, dict], model_name_or_path: str, device_type: st
     quantization = quantization_of(model, sharded=fsdp is not None)
     reason = (quantized_skip_reason(quantization, entry.get("peft", {}).get("peft_method", "none"))
               or sharded_skip_reason(fsdp, quantization, str(group_value("model", model, "torch_dtype"))))
-    reason = reason or fms_applicability.skip_reason(model, entry.get("peft", {}).get("peft_method", "none"),
-                                                     model_name_or_path, device_type)
+    reason = reason or fused_fp16_skip_reason(fsdp, entry.get("training", {}), device_type) \
+        or fms_applicability.skip_reason(model, entry.get("peft", {}).get("peft_method", "none"),
+                                         model_name_or_path, device_type)
     if reason:
         return reason
     if entry.get("training", {}).get("use_liger_kernel"):

@@ -23,6 +23,10 @@ class Fsdp:
     reshard_after_forward: bool = True  # FSDP2: free a layer's gathered parameters after its forward
     activation_checkpointing: bool = False  # FSDP's own checkpointing of every wrapped layer
     offload: bool = False  # parameters and optimizer state on the host
+    # FSDP1: gather the next unit's parameters before this one's backward (`BACKWARD_PRE`) or after it
+    # (`BACKWARD_POST`): one more unit's full parameters alive in backward. The Trainer's default: no prefetch.
+    backward_prefetch: str = "NO_PREFETCH"
+    forward_prefetch: bool = False  # FSDP1: the next unit's parameters gathered during this one's forward
 
     @property
     def label(self) -> str:
@@ -45,9 +49,12 @@ def fsdp_of(training: dict[str, Any]) -> Fsdp | None:
     strategy = next((w for w in words if w in STRATEGIES), "full_shard")
     version = int(config.get("version", 2) or 2)
     reshard = config.get("reshard_after_forward", strategy != "shard_grad_op")
+    prefetch = str(config.get("backward_prefetch") or "NO_PREFETCH").upper()
     return Fsdp(version=version, strategy=strategy, reshard_after_forward=_true(reshard),
                 activation_checkpointing=_true(config.get("activation_checkpointing", False)),
-                offload="offload" in words or _true(config.get("cpu_offload", False)))
+                offload="offload" in words or _true(config.get("cpu_offload", False)),
+                backward_prefetch=prefetch if prefetch in ("BACKWARD_PRE", "BACKWARD_POST") else "NO_PREFETCH",
+                forward_prefetch=_true(config.get("forward_prefetch", False)))
 
 
 def parallelism_of(num_gpus: int, training: dict[str, Any]) -> str:
@@ -94,3 +101,20 @@ def quantized_skip_reason(fsdp: Fsdp | None, quantization, weights_dtype: str) -
                 f"4-bit weights beside {weights_dtype} ones cannot join: set bnb_4bit_quant_storage to "
                 f"{weights_dtype} (or auto)")
     return None
+
+
+def fused_fp16_skip_reason(fsdp: Fsdp | None, training: dict[str, Any], device_type: str) -> str | None:
+    """Why fp16 under FSDP1 cannot step a fused optimizer on CUDA (the row is `skipped` with it), or None.
+
+    FSDP1 runs fp16 with its ShardedGradScaler, whose `found_inf` is a one-element tensor (`torch.full((1,), ...)`)
+    where torch.amp's GradScaler makes a scalar (`torch.full((), ...)`); the fused AdamW kernel takes only the
+    scalar: "output with shape [] doesn't match the broadcast shape [1]" at the first step (H200, torch 2.11:
+    fms-acceleration's GPTQ configs, which run fp16, under FSDP1; docs/evidence/fms-acceleration-h200.md)."""
+    if fsdp is None or fsdp.version != 1 or device_type != "cuda" or not training.get("fp16"):
+        return None
+    optim = str(getattr(training.get("optim"), "value", training.get("optim")) or "")
+    if "fused" not in optim:
+        return None
+    return (f"fp16 under FSDP1 with the fused optimizer {optim}: FSDP1's ShardedGradScaler hands the fused kernel a "
+            "one-element found_inf where it takes a scalar, and the first step fails (set optim: adamw_torch, or "
+            "run FSDP2)")

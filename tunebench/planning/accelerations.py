@@ -80,10 +80,29 @@ def notes(spec: ExperimentSpec, shape, model_type: str | None) -> tuple[list[str
         else:
             not_modelled.append(f"Liger's kernels for model type {model_type!r} (planned without them: an upper "
                                 "bound, Liger only removes tensors)")
+    fms_notes(spec, modelled, not_modelled)
     if spec.value("model", "attn_implementation") == "flex_attention" and spec.device_type == "cuda":
         modelled.append("flex attention: its compiled kernels' output, log-sum-exp and block mask saved, its "
                         "backward's float32 delta")
     return modelled, not_modelled
+
+
+def fms_notes(spec: ExperimentSpec, modelled: list[str], not_modelled: list[str]) -> None:
+    """How fms-acceleration's plugins were planned (planning.fms_bases): its GPTQ and bitsandbytes bases as they
+    allocate; foak's fused kernels not (Triton kernels without fake implementations), so a foak row's plan is that of
+    the same row without them: an upper bound, since they only remove tensors (measured on H200: 7.5 % below it on
+    mistral-7b, 18 % on llama-3.2-1b, docs/evidence/fms-acceleration-h200.md)."""
+    from tunebench.planning.fms_bases import plugins_of_model
+
+    plugins = plugins_of_model(spec.entry.get("model", {}))
+    if plugins.base == "gptq":
+        modelled.append("fms's GPTQ base: its packed int32 weights, zeros, fp16 scales and group indices, and the "
+                        "fp16 weight its kernel dequantizes for each matmul of the forward and backward")
+    elif plugins.base == "bnb":
+        modelled.append("fms's bitsandbytes loader as tunebench's 4-bit path (double quantization, compute in the "
+                        "weights' dtype)")
+    if plugins.foak:
+        not_modelled.append("foak's fused kernels (planned without them: an upper bound, they only remove tensors)")
 
 
 def bound_extra(peak: int, mode: str | None) -> int:

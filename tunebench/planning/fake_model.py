@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from tunebench.experiment.quantization import adapters_in_bfloat16
+from tunebench.planning.fms_bases import replace_with_gptq
 from tunebench.planning.quantized import fake_parameter, quantize_meta
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def meta_model(shape):
             model = get_peft_model(model, peft_config)
         if quantized:
             adapters_in_bfloat16(model)
+    if shape.gptq is not None:  # fms's GPTQ base (planning.fms_bases): the linears it packs, LoRA's bases included
+        replace_with_gptq(model.get_base_model() if hasattr(model, "get_base_model") else model, shape.gptq)
     model.train()
     return model, config
 

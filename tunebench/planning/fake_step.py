@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from tunebench.experiment.quantization import Quantization
 from tunebench.experiment.sharding import Fsdp
 from tunebench.planning.fake_model import meta_model, to_fake
+from tunebench.planning.fms_bases import GptqPlan
 from tunebench.planning.int8_outliers import OutlierColumns
 from tunebench.planning.peak_rules import rounded
 from tunebench.planning.quantized import (
@@ -53,15 +54,26 @@ class StepShape:
     lora_targets: tuple = ("q_proj", "v_proj")
     virtual_tokens: int = 20
     checkpointing: bool = False
-    autocast_bf16: bool = False  # bf16 mixed precision over float32 weights
+    autocast_bf16: bool = False  # mixed precision (bf16, or fp16 with autocast_fp16) over float32 weights
+    autocast_fp16: bool = False  # the mixed precision is fp16 (GPTQ under fms runs fp16): autocast in float16
     attn_implementation: str | None = None
     optimizer: str = "fused"  # AdamW implementation: fused (adamw_torch_fused), foreach or loop
     quantization: Quantization | None = None  # a bitsandbytes-quantized base (planning.quantized)
+    gptq: GptqPlan | None = None  # fms-acceleration's GPTQ base (planning.fms_bases)
     compile_mode: str | None = None  # torch.compile's mode (`default`, ...); None: eager (planning.compiled_step)
     liger: bool = False  # Liger's kernels (planning.liger_kernels)
     int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
     fsdp: Fsdp | None = None  # FSDP2 over `world` ranks: the step of rank 0 (planning.sharded_step)
     world: int = 1
+
+
+def mixed_precision(shape: StepShape):
+    """The fake step's stand-in for the Trainer's autocast: CPU autocast in the run's lower precision."""
+    import torch
+
+    if not shape.autocast_bf16:
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.float16 if shape.autocast_fp16 else torch.bfloat16)
 
 
 def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: int | None = None) -> dict:
@@ -221,7 +233,7 @@ class _TracedStep:
         from tunebench.planning.cuda_semantics import applied
 
         self.compiled = torch.compile(model)
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        autocast = mixed_precision(self.shape)
         attention, _ = self._attention()
         with packed_rows_only_if(self.shape.packed):
             with autocast, attention, applied(bool(self.gpu_arch)):
@@ -252,7 +264,7 @@ class _TracedStep:
 
         from tunebench.planning.cuda_semantics import applied
 
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.shape.autocast_bf16 else contextlib.nullcontext()
+        autocast = mixed_precision(self.shape)
         attention, attention_backward = self._attention()
         with packed_rows_only_if(self.shape.packed), applied(bool(self.gpu_arch)):
             with autocast, attention:
@@ -265,7 +277,6 @@ class _TracedStep:
         optimizer.zero_grad(set_to_none=True)
 
     def _forward_backward(self, model, trainable: list, ids, mask) -> None:
-        import torch
 
         from tunebench.planning.cuda_semantics import applied
 
@@ -276,7 +287,7 @@ class _TracedStep:
             grad_hooks = [p.register_post_accumulate_grad_hook(rules.grad_hook) for p in trainable]
         # The Trainer runs the forward under autocast when bf16/fp16 is on, bf16 weights included (it decides
         # e.g. whether PEFT casts inputs to its fp32 adapters' dtype).
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if shape.autocast_bf16 else contextlib.nullcontext()
+        autocast = mixed_precision(shape)
         # Recompute (gradient checkpointing) runs the forward again inside backward: the same kernels.
         attention, attention_backward = self._attention()
         # A CUDA target: CUDA's autocast float32 ops and fused dropout on top of the CPU kernels (cuda_semantics).

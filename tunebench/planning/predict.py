@@ -24,6 +24,7 @@ from tunebench.experiment.sharding import fsdp_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.accelerations import bound_extra, shape_fields
 from tunebench.planning.fake_step import StepShape, predict_step
+from tunebench.planning.fms_bases import bnb_quantization, gptq_plan
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         padded = False
     optim = spec.value("training", "optim")
     quantization = quantization_of(model, sharded=fsdp)
+    if not quantization.enabled:  # fms-acceleration's loaders (planning.fms_bases)
+        quantization = bnb_quantization(model, dtype, fsdp) or quantization
     shape = StepShape(
         model=model.model_name_or_path, dtype=dtype, micro_batch=spec.value("training", "per_device_train_batch_size"),
         seq_len=data.max_seq_len, padded=padded, packed=packed,
@@ -73,14 +76,25 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         virtual_tokens=peft.num_virtual_tokens,
         checkpointing=checkpointing_on(training),
         autocast_bf16=bool(spec.value("training", "bf16") or spec.value("training", "fp16")),
+        autocast_fp16=bool(spec.value("training", "fp16")),
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
         quantization=quantization if quantization.enabled else None,
+        gptq=gptq_plan(model, _model_type(model.model_name_or_path)),
         # FSDP runs in the fake step itself (planning.sharded_step)
         fsdp=fsdp_setting, world=spec.num_gpus if fsdp else 1,
         **shape_fields(spec, quantization.enabled),
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)
+
+
+def _model_type(model_name_or_path: str) -> str | None:
+    from tunebench.experiment.models import load_config
+
+    try:
+        return getattr(load_config(model_name_or_path), "model_type", None)
+    except (OSError, ValueError):  # a hub id without the network: Llama's GPTQ definition
+        return None
 
 
 def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None = None,

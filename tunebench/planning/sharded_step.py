@@ -54,11 +54,12 @@ def plugin_of(fsdp: Fsdp, mixed_precision: str):
               "cpu_ram_efficient_loading": False, "state_dict_type": "FULL_STATE_DICT"}
     if fsdp.version == 2:
         plugin = FullyShardedDataParallelPlugin(**common, reshard_after_forward=fsdp.reshard_after_forward)
-    else:  # the Trainer's FSDP1 defaults: no prefetch, original parameters. It also syncs the module states from
-        # rank 0 at set-up, a broadcast that holds nothing during a step (and that accelerate's plugin refuses to
-        # set up without a GPU): left out.
-        plugin = FullyShardedDataParallelPlugin(**common, reshard_after_forward=fsdp.strategy, forward_prefetch=False,
-                                                backward_prefetch="NO_PREFETCH", use_orig_params=True,
+    else:  # FSDP1 with original parameters and the prefetch asked for (the Trainer's default: none). It also syncs
+        # the module states from rank 0 at set-up, a broadcast that holds nothing during a step (and that
+        # accelerate's plugin refuses to set up without a GPU): left out.
+        plugin = FullyShardedDataParallelPlugin(**common, reshard_after_forward=fsdp.strategy,
+                                                forward_prefetch=fsdp.forward_prefetch,
+                                                backward_prefetch=fsdp.backward_prefetch, use_orig_params=True,
                                                 sync_module_states=False)
     if mixed_precision != "no":
         plugin.set_mixed_precision(mixed_precision)

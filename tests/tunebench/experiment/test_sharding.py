@@ -105,3 +105,35 @@ def test_a_bad_scenario_gpu_count_is_one_input_problem(value):
         tunebench.Matrix.from_scenarios([{"name": "s", "num_gpus": value, "arguments": {}}], device="cpu")
     (problem,) = [p for p in caught.value.problems if p.key.endswith("num_gpus")]
     assert "GPU count" in problem.message and "num_gpus: [1]" in problem.fix
+
+
+def test_fp16_under_fsdp1_with_a_fused_optimizer_is_skipped_with_the_fix():
+    """torch's FSDP1 ShardedGradScaler makes found_inf one element where GradScaler makes a scalar, and the fused
+    AdamW kernel takes only the scalar (the GPTQ rows of docs/evidence/fms-acceleration-h200.md failed so)."""
+    import inspect
+
+    from torch.amp import grad_scaler
+    from torch.distributed.fsdp import sharded_grad_scaler
+
+    from tunebench.experiment.sharding import fused_fp16_skip_reason
+
+    assert "found_inf = torch.full(\n            (1,)" in inspect.getsource(sharded_grad_scaler.ShardedGradScaler)
+    assert "found_inf = torch.full((), 0.0" in inspect.getsource(grad_scaler.GradScaler)
+    fsdp1, fsdp2 = Fsdp(version=1), Fsdp(version=2)
+    fused = {"fp16": True, "optim": "adamw_torch_fused"}
+    assert "set optim: adamw_torch" in fused_fp16_skip_reason(fsdp1, fused, "cuda")
+    assert fused_fp16_skip_reason(fsdp2, fused, "cuda") is None
+    assert fused_fp16_skip_reason(fsdp1, {**fused, "optim": "adamw_torch"}, "cuda") is None
+    assert fused_fp16_skip_reason(fsdp1, {**fused, "fp16": False, "bf16": True}, "cuda") is None
+    assert fused_fp16_skip_reason(None, fused, "cuda") is None
+
+
+def test_fsdp1_prefetch_is_read_as_the_trainer_passes_it():
+    """fms's accelerate.yaml asks FSDP1 for BACKWARD_PRE: one more unit's parameters alive in backward, which the plan
+    keeps (an H200's 2-GPU LoRA rows: −3.2 % without it, +0.007 % with it; docs/evidence/fms-acceleration-h200.md)."""
+    pre = fsdp_of({"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 1, "backward_prefetch": "backward_pre",
+                                                                  "forward_prefetch": "true"}})
+    assert (pre.backward_prefetch, pre.forward_prefetch) == ("BACKWARD_PRE", True)
+    assert fsdp_of({"fsdp": "full_shard", "fsdp_config": {"version": 1}}).backward_prefetch == "NO_PREFETCH"
+    assert fsdp_of({"fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "sideways"}}).backward_prefetch == \
+        "NO_PREFETCH"
