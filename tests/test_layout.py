@@ -343,7 +343,8 @@ SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fa
                    "fault": "a sitecustomize that plants faults", "dist": "workers run under torchrun"}
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
               "test_readme_commands.py": "README.md's commands, run for real",
-              "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)"}
+              "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)",
+              "test_packaging.py": "the wheel the repository builds"}
 
 
 def _stems(folder: Path) -> set[str]:

@@ -35,6 +35,8 @@ CORE_RANGES: dict[str, Range] = {
     **{option: allowed for option, allowed in cli_ranges(MatrixOptions).items() if not option.endswith("_matrix")},
     **cli_ranges(RunSettings), **cli_ranges(ProjectionOptions),
 }
+# fms-acceleration's own options that tunebench accepts (and says what it does instead): a port is a port.
+CORE_RANGES["--process_port"] = Range(1, 65535)
 # The plugins' options carry their own ranges (executors, trackers: tunebench.cli.plugin_options).
 OPTION_RANGES: dict[str, Range] = {**CORE_RANGES, **plugin_ranges()}
 # The matrices arrive as text (`"1 2"`, `1,2`) and are read by `numbers` / `booleans` below.

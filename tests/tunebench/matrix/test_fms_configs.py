@@ -94,3 +94,33 @@ def test_compare_reads_fms_s_reference_csv(tmp_path):
     assert row.model_name_or_path == "preset:mistral-7b" and row.train_tokens_per_second_per_device == 3455.406
     assert (frame[frame.framework_config == "none"].peft_method.isin(["none", "lora"])).all()
     assert "TheBloke/Mistral-7B-v0.1-GPTQ → preset:mistral-7b" in frame.attrs["notes"][0]
+
+
+# fms-acceleration's sample configurations (sample-configurations/CONTENTS.yaml at 876e2ed6fc4e): an fms user's
+# scenario file names them.
+FMS_NAMES = (
+    "accelerated-peft-autogptq", "accelerated-peft-bnb", "baseline-peft-bnb", "accelerated-peft-autogptq-foak",
+    "accelerated-peft-autogptq-foak-liger", "accelerated-peft-bnb-foak", "accelerated-peft-bnb-foak-liger",
+    "aadp-padding-free", "aadp-padding-free-multipack", "accelerated-peft-bnb-padding-free",
+    "accelerated-peft-autogptq-padding-free", "accelerated-peft-bnb-foak-padding-free",
+    "accelerated-peft-autogptq-foak-padding-free", "foak-fast-kernels", "foak-fast-kernels-liger",
+    *(f"moe-scattermoe-granite-ep{n}{suffix}" for n in (1, 2, 4) for suffix in ("", "-padding-free",
+                                                                                  "-padding-free-foak")),
+    "moe-scattermoe-granite-ep8", "moe-scattermoe-granite-ep8-foak")
+
+
+@needs_fms
+def test_every_fms_sample_configuration_is_a_framework_config_fms_accepts():
+    from tunebench.experiment.fms.checks import probe
+    from tunebench.experiment.fms.settings import fms_plugins_of
+    from tunebench.matrix.inputs import load_framework_configs
+
+    problems: list[InputProblem] = []
+    shipped = load_framework_configs(REPO / "framework_configs.yaml", problems)
+    assert problems == [] and set(FMS_NAMES) <= set(shipped)
+    bodies = {name: fms_plugins_of(shipped[name].arguments["fms_plugins"]) for name in FMS_NAMES}
+    assert all(plugins.unknown_paths == [] for plugins in bodies.values())
+    answer = probe(tuple(sorted({p.text() for p in bodies.values() if p.packages[-1] != "fms_acceleration_moe"})))
+    # fms's own check of each body whose plugins import here (aadp's and moe's do not: their rows are skipped)
+    checked = {text: facts for text, facts in answer["bodies"].items() if facts["plugins"]}
+    assert checked and all(facts["config_errors"] == [] for facts in checked.values())

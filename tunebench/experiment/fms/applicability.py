@@ -51,7 +51,8 @@ def problems(model: Mapping[str, Any], device_type: str, installed_here: bool) -
     missing = missing_packages(plugins.packages)
     if missing and (installed_here or device_type == "cpu"):
         return [*found, ("fms_plugins", f"fms-acceleration's plugins need {', '.join(missing)}, not installed here",
-                         INSTALL_FIX)]
+                         f"pip install --no-deps {' '.join(missing)} (--no-deps keeps numpy: the fms wheels pin "
+                         f"numpy<2 in their metadata only; {INSTALL_FIX})")]
     if missing or found:
         return found
     for error in checks.facts(plugins.text()).get("config_errors", []):
@@ -68,8 +69,9 @@ def skip_reason(model: Mapping[str, Any], peft_method: str, model_name_or_path: 
         return (f"fms's {plugins.base} base has frozen quantized weights: only LoRA adapters train on it (peft_method "
                 f"is {peft_method!r}; pair this framework config with a LoRA scenario)")
     if device_type == "cpu" and (plugins.base == "gptq" or plugins.foak):
-        kernel = "GPTQ dequantization" if plugins.base == "gptq" else "fused ops (foak)"
-        return f"fms's {kernel} is a Triton GPU kernel: there is none for the CPU (run it on a GPU)"
+        kernel = "GPTQ dequantization is a Triton GPU kernel" if plugins.base == "gptq" else \
+            "fused ops (foak) are Triton GPU kernels"
+        return f"fms's {kernel}: there is none for the CPU (run it on a GPU)"
     if missing_packages(plugins.packages):
         return None  # planned or written out for a machine that has them (problems() names them where it matters)
     facts = checks.facts(plugins.text())

@@ -32,8 +32,7 @@ PACKAGE_OF_PATH = {
 FRAMEWORK_PACKAGE = "fms_acceleration"
 # pip's names of the packages (the fix of a missing one names them).
 DISTRIBUTION = {FRAMEWORK_PACKAGE: "fms-acceleration", **{p: p.replace("_", "-") for p in PACKAGE_OF_PATH.values()}}
-INSTALL_FIX = ("python scripts/install_deps.py --fms (fms-acceleration and its peft/foak plugins, installed with "
-               "--no-deps: their numpy<2 pin is metadata only, and a plain pip install would downgrade numpy)")
+INSTALL_FIX = "`python scripts/install_deps.py --fms` installs fms-acceleration, -peft and -foak this way"
 GPTQ_PATH = "peft.quantization.auto_gptq"
 BNB_PATH = "peft.quantization.bitsandbytes"
 FOAK_PATHS = ("peft.quantization.fused_ops_and_kernels", "training.fused_ops_and_kernels")

@@ -49,7 +49,7 @@ def test_problems_name_the_key_and_fix():
 def test_skips_say_why():
     assert "only LoRA adapters train" in skip_reason(model(GPTQ), "none", "preset:llama-tiny", "cuda")
     assert "Triton GPU kernel" in skip_reason(model(GPTQ), "lora", "preset:llama-tiny", "cpu")
-    assert "Triton GPU kernel" in skip_reason(model(FOAK), "none", "preset:llama-tiny", "cpu")
+    assert "Triton GPU kernels: there is none" in skip_reason(model(FOAK), "none", "preset:llama-tiny", "cpu")
     assert skip_reason(model(GPTQ), "lora", "preset:llama-tiny", "cuda") is None
     assert skip_reason(model(BNB), "lora", "preset:llama-tiny", "cpu") is None  # bitsandbytes runs on the CPU
     qwen_gptq = skip_reason(model(GPTQ), "lora", "preset:qwen2.5-0.5b", "cuda")
