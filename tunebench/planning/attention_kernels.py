@@ -171,8 +171,8 @@ def _autocast_lower(*tensors):
 
 def _cpu_choice(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool) -> int:
     """torch's own CPU backend choice for these inputs (1 = its fused flash kernel), asked on tiny real tensors of
-    the same dtypes, heads, head sizes and mask pattern: fake tensors always take the math path, so the fake
-    step cannot ask with its own."""
+    the same dtypes, heads, head sizes and mask pattern: fake tensors do not take the CPU's choice (they run its
+    fused flash kernel whatever the inputs), so the fake step cannot ask with its own."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
