@@ -29,9 +29,13 @@ def note(experiment, shape, row: dict, cuda: bool, cache: dict | None, gpu_arch:
 
     if shape.fsdp is None or shape.world < 2 or not row.get("pred_mem_peak"):
         return None
-    one_shape, one_sharding = shape_and_sharding(dataclasses.replace(experiment, num_gpus=1))
-    one_shape = dataclasses.replace(one_shape, micro_batch=shape.micro_batch)
-    one_gpu = predict(one_shape, one_sharding, cuda=cuda, cache=cache, gpu_arch=gpu_arch)
+    try:
+        one_shape, one_sharding = shape_and_sharding(dataclasses.replace(experiment, num_gpus=1))
+        one_shape = dataclasses.replace(one_shape, micro_batch=shape.micro_batch)
+        one_gpu = predict(one_shape, one_sharding, cuda=cuda, cache=cache, gpu_arch=gpu_arch)
+    except Exception as exc:  # the comparison is a note: the sharded row's own prediction stands without it
+        logger.warning("no one-GPU comparison for %s: %s", experiment.folder_name, exc)
+        return None
     return why_not_smaller(shape, row, one_gpu)
 
 

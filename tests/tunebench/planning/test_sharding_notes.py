@@ -131,3 +131,16 @@ def test_the_report_lists_the_rows_that_save_nothing_with_their_causes():
     assert "<h3>Sharding that saves nothing</h3>" in html and "fsdp2 · 2 GPUs" in html
     assert "FSDP keeps float32 master weights (x)" in html and "torch.compile" not in html and "liger" not in html
     assert sharding_notes(df.iloc[1:], pd.Series(["a", "b"], index=[1, 2])) == ""
+
+
+def test_a_one_gpu_comparison_that_fails_leaves_the_sharded_rows_prediction_standing(monkeypatch):
+    from tunebench.planning import sharding_notes
+    from tunebench.planning.plan_matrix import plan_experiments
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("the one-GPU step cannot run")
+
+    monkeypatch.setattr(sharding_notes, "predict", refused)
+    sharded = _spec(2, "fsdp2")
+    row = plan_experiments([sharded], 141 * GIB, "NVIDIA H200")[sharded.experiment_id]
+    assert row["pred_mem_peak"] > 0 and LEAD not in (row.get("pred_note") or "")
