@@ -23,7 +23,8 @@ def _rows(path: str) -> dict[str, dict[str, str]]:
 
 def differences(reference: dict, other: dict, columns_of_other_only: bool = False) -> list[str]:
     found = []
-    for key in sorted(set(reference) | set(other)):
+    # a run holds the scenarios of its call only: its rows, each against the reference's
+    for key in sorted(set(other) if columns_of_other_only else set(reference) | set(other)):
         a, b = reference.get(key), other.get(key)
         if a is None or b is None:
             found.append(f"{key}: only in {'the other' if a is None else 'the reference'}")
@@ -43,8 +44,9 @@ def main() -> int:
     reference, bad = _rows(args.reference), 0
     for path in args.others:
         found = differences(reference, _rows(path), columns_of_other_only=args.run)
+        rows = len(_rows(path)) if args.run else len(reference)
         print(f"{path}: {'the same plan' if not found else f'{len(found)} cell(s) differ'} "
-              f"({len(reference)} rows of {args.reference})")
+              f"({rows} rows against {args.reference})")
         for line in found[:50]:
             print(f"  {line}")
         bad += bool(found)

@@ -3,8 +3,11 @@
 #   STEP=plans bash scripts/gpu/host_plans/host_plans.sh  # the plan made here (CUDA visible), again with CUDA
 #                                                         # hidden, each compared cell by cell with cpu_plan.csv
 #                                                         # (made on a CPU host, torch 2.13, transformers 5.17)
-#   STEP=runs  bash scripts/gpu/host_plans/host_plans.sh  # the rows run with --plan (measured peaks), the run's
-#                                                         # pred_* compared with cpu_plan.csv, then plan vs measured
+#   STEP=runs SCENARIOS="hp-sharded" bash ...             # the rows run with --plan (measured peaks), the run's
+#                                                         # pred_* compared with cpu_plan.csv, then plan vs measured;
+#                                                         # one call each: hp-sharded (12 rows on 2 GPUs), then
+#                                                         # "hp-one-gpu hp-14b hp-14b-one-gpu", then
+#                                                         # "hp-fp32-gqa hp-bf16-gqa"
 # Scenarios: scenarios-host-plans.yaml beside this file. Carry .whl as for scripts/gpu/gpu_counts.sh when the image
 # lacks trl/datasets. $OUT gets the plan and results folders (trainer output left out), compare-*.txt, peaks.md.
 set -uo pipefail
@@ -28,7 +31,7 @@ case $step in
     ;;
   runs)
     timeout 540 python3 benchmark.py "${matrix[@]}" --device cuda --plan --results_output_path "$out/runs" \
-      > "$out/runs.log" 2>&1
+      --run_only_scenarios ${SCENARIOS:?SCENARIOS=the scenarios of this call} > "$out/runs.log" 2>&1
     python3 "$here/compare_plans.py" --run "$here/cpu_plan.csv" "$out/runs/raw_summary.csv" \
       | tee "$out/compare-run.txt"
     python3 "$here/peaks.py" "$here/cpu_plan.csv" "$out/runs/raw_summary.csv" > "$out/peaks.md"
