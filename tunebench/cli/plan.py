@@ -24,9 +24,12 @@ logger = logging.getLogger(__name__)
 def _write_fit_map(options: argparse.Namespace, matrix: Matrix) -> int:
     """`plan --fit_map`: the largest micro-batch that fits, per model × framework config × PEFT × length."""
     from tunebench.api.planning import fit_map_frame
+    from tunebench.planning.fit_map import per_gpu_count
 
     frame = fit_map_frame(matrix, options.plan_device, options.gpu_table)
     print(frame.drop(columns=["pred_note"]).to_string(index=False))
+    for line in per_gpu_count(frame):
+        print(f"fits: {line}")
     path = Path(options.results_output_path) / results_folder.FIT_MAP
     write_atomic(path, frame.to_csv(index=False))
     print(f"wrote {path}")

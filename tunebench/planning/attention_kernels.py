@@ -21,26 +21,14 @@ logger = logging.getLogger(__name__)
 HOPPER = 90  # the compute capability assumed when a target's is unknown: the GPUs the prediction was measured on
 
 
-def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False) -> str:
-    """The fused kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs, in torch's
-    order for that GPU. On H100 (torch 2.11) every rule here was checked against torch's own selector over 864
-    inputs (tunebench/planning/sdpa_choice_cuda.csv, tests/tunebench/planning/test_attention_kernels.py): cuDNN for
-    half-precision heads up to 256 with or without masks, MLA's 192/128 query/value heads included; the
-    memory-efficient kernel otherwise, but never for grouped-query heads (`enable_gqa` with fewer key heads), which go
-    to `math`."""
-    import torch
+def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, enable_gqa: bool = False,
+                  is_causal: bool = False) -> str:
+    """The kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs: torch's own eligibility
+    rules, check by check (planning.sdpa_rules). On H100 (torch 2.11) they give torch's own selector's choice for
+    all 864 inputs of tunebench/planning/sdpa_choice_cuda.csv (tests/tunebench/planning/test_attention_kernels.py)."""
+    from tunebench.planning.sdpa_rules import SdpaCall, choose
 
-    half = query.dtype in (torch.float16, torch.bfloat16)
-    qk, v = query.shape[-1], value.shape[-1]
-    fits_cudnn = key.shape[-1] == qk and qk <= 256 and qk % 8 == 0 and v <= 256 and v % 8 == 0
-    grouped = enable_gqa and key.shape[-3] != query.shape[-3]
-    if arch >= 90 and half and fits_cudnn:
-        return "cudnn"
-    if arch >= 80 and half and fits_cudnn and qk == v and attn_mask is None:
-        return "flash"
-    if arch >= 50 and query.dtype in (torch.float16, torch.bfloat16, torch.float32) and not grouped:
-        return "efficient"
-    return "math"
+    return choose(SdpaCall.of(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa), arch)
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,6 +68,7 @@ class gpu_attention:  # noqa: N801 - used as `with gpu_attention(arch, chosen):`
 
         self.original = F.scaled_dot_product_attention
         self.stand_in = self._stand_in(arch, chosen, self.original)
+        _quiet_dropout_mask_warning()
 
     @staticmethod
     def _stand_in(arch: int, chosen: list, original):
@@ -96,12 +85,12 @@ class gpu_attention:  # noqa: N801 - used as `with gpu_attention(arch, chosen):`
             # (float32 queries reach it from an 8-bit layer fed by a float32 LayerNorm: gpt-bigcode lora-int8's peak
             # was over-predicted by 5.9 % on H100 without this cast, 0.01 % with it).
             query, key, value, attn_mask = _autocast_lower(query, key, value, attn_mask)
-            kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch, enable_gqa)
+            kernel = choose_kernel(query, key, value, attn_mask, dropout_p, arch, enable_gqa, is_causal)
             if not torch.compiler.is_compiling():  # a compiled step's kernels are the op's to record (kernel_ops)
                 chosen.append(kernel)
             if kernel == "math":
-                return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                                scale=scale, enable_gqa=enable_gqa)
+                return math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                      cuda=True)
             bias = _as_bias(attn_mask, query.dtype, kernel)
             if torch.compiler.is_compiling():
                 return torch.ops.tunebench.fused_attention(query, key, value, bias, kernel)[0]
@@ -119,6 +108,38 @@ class gpu_attention:  # noqa: N801 - used as `with gpu_attention(arch, chosen):`
         import torch.nn.functional as F
 
         F.scaled_dot_product_attention = self.original
+
+
+def math_attention(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool,
+                   cuda: bool):
+    """SDPA's math backend as torch runs it: a boolean mask made additive (SDPA's own conversion, before any
+    backend), then torch's composite (_scaled_dot_product_attention_math: half precision upcast to float32, grouped
+    heads repeated, the float32 probabilities kept for backward). Called by name because F.scaled_dot_product_attention
+    under fake CPU tensors runs the CPU's fused flash kernel instead, which keeps only the output and a log-sum-exp:
+    a float32 model with grouped-query heads, whose GPU run takes the math path, was planned 29 % under its peak.
+    The composite's dropout is the device's: CUDA's fused kernel keeps a boolean mask, the CPU's path a noise tensor
+    of the probabilities' dtype; for a CUDA target the composite gets a boolean mask, with which it keeps the same
+    bytes as CUDA's fused dropout does (the mask, the dropped probabilities, the values)."""
+    import torch
+
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask, torch.scalar_tensor(0.0, dtype=query.dtype),
+                                torch.scalar_tensor(float("-inf"), dtype=query.dtype))
+    dropout_mask = None
+    if cuda and dropout_p > 0:
+        dropout_mask = torch.empty((*query.shape[:-1], key.shape[-2]), dtype=torch.bool)
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_dropout_mask_warning() -> None:
+    """torch warns once that a dropout mask given to the math composite is for tests; here it stands for CUDA's
+    fused dropout (math_attention). Filtered once, before any tracing (a warnings context inside a compiled
+    region would break its graph)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Dropout mask should only be used for testing")
 
 
 def _as_bias(attn_mask, dtype, kernel: str):
@@ -150,8 +171,8 @@ def _autocast_lower(*tensors):
 
 def _cpu_choice(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool) -> int:
     """torch's own CPU backend choice for these inputs (1 = its fused flash kernel), asked on tiny real tensors of
-    the same dtypes, heads, head sizes and mask pattern: fake tensors always take the math path, so the fake
-    step cannot ask with its own."""
+    the same dtypes, heads, head sizes and mask pattern: fake tensors do not take the CPU's choice (they run its
+    fused flash kernel whatever the inputs), so the fake step cannot ask with its own."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -171,7 +192,8 @@ def _cpu_choice(query, key, value, attn_mask, dropout_p: float, is_causal: bool,
 def cpu_attention(chosen: list):
     """While the fake step runs for a CPU target: SDPA as the CPU runs it. The kernel is the one torch picks on
     the CPU; its fused flash kernel is called directly (it saves the output and a log-sum-exp per row, keys and
-    values without GQA's repeat, and a float copy of a boolean mask), the math path otherwise."""
+    values without GQA's repeat, and a float copy of a boolean mask), the math composite otherwise
+    (math_attention)."""
     import torch
     import torch.nn.functional as F
 
@@ -180,8 +202,7 @@ def cpu_attention(chosen: list):
     def as_the_cpu(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if _cpu_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) != 1:
             chosen.append("math")
-            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                            scale=scale, enable_gqa=enable_gqa)
+            return math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, cuda=False)
         chosen.append("flash")
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))

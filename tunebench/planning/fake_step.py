@@ -28,6 +28,7 @@ from tunebench.planning.quantized import (
 )
 from tunebench.planning.step_categories import categories
 from tunebench.planning.step_contexts import (
+    band_noise,
     cuda_block_rounding,
     grouped_mm_fallback_unless_bf16,
     kernels_as_the_gpu,
@@ -65,6 +66,7 @@ class StepShape:
     int8_outliers: OutlierColumns | None = None  # 8-bit's outlier columns per layer, measured (planning.int8_outliers)
     fsdp: Fsdp | None = None  # FSDP2 over `world` ranks: the step of rank 0 (planning.sharded_step)
     world: int = 1
+    last_bit: bool = False  # a last-bit band run: every linear output moved in its last bit (experiment.last_bit)
 
 
 def mixed_precision(shape: StepShape):
@@ -93,7 +95,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     with fake_kernels(shape.quantization, cuda=bool(gpu_arch)), \
             (fake_ranks(shape.world) if sharded else contextlib.nullcontext()) as mesh, flat_storage_checks(), \
             FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_fallback_unless_bf16(shape.dtype), compiled, \
-            kernels_as_the_gpu(shape, model, config, gpu_arch):
+            kernels_as_the_gpu(shape, model, config, gpu_arch), band_noise(model, shape.last_bit):
         to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:

@@ -19,6 +19,8 @@ import pandas as pd
 from tunebench.planning.allocator_slack import verdict_columns
 from tunebench.planning.plan_matrix import unmodelled, with_outlier_columns
 from tunebench.planning.predict import memory_text, predict, shape_and_sharding, usable_bytes
+from tunebench.planning.sharding_notes import LEAD
+from tunebench.planning.sharding_notes import note as sharding_note
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,11 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
         if key in seen:
             continue
         seen.add(key)
+        if experiment.num_gpus < experiment.framework_config.min_gpus:  # never run so (experiment_run refuses it)
+            rows.append(_row(key, device_name, capacity, None, None, None,
+                             f"{key[1]} needs at least {experiment.framework_config.min_gpus} GPUs: not run on "
+                             f"{experiment.num_gpus}"))
+            continue
         shape, sharding = shape_and_sharding(experiment)
         # 8-bit rows keep outlier columns counted on the experiment's own micro-batch; more tokens can only add
         # columns, so the map's larger micro-batches are lower bounds there, and the row says so.
@@ -98,6 +105,10 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
             rows.append(_row(key, device_name, capacity, None, None, None, f"no prediction ({str(exc)[:160]})"))
             continue
         at, beyond = (verdict(best) if best else None), verdict(best + 1)
+        # sharded: why its ranks fit no more than one GPU would, where so (at the largest micro-batch that fits)
+        why = sharding_note(experiment, dataclasses.replace(shape, micro_batch=max(best, 1)), at or beyond, cuda,
+                            cache, gpu_arch)
+        counted = "; ".join(filter(None, [why, counted])) or None
         if not best:  # the README's "not even 1": what micro-batch 1 needs, against what the device offers
             usable = usable_bytes(beyond)
             counted = "; ".join(note for note in (counted, (
@@ -119,3 +130,27 @@ def _row(key, device_name, capacity, best, at, beyond, note) -> dict[str, Any]:
             "pred_fit_margin_bytes": at["pred_fit_margin_bytes"] if at else None,
             "next_pred_mem_reserved": beyond["pred_mem_reserved"] if beyond else None,
             "pred_note": note}
+
+
+def per_gpu_count(frame: pd.DataFrame) -> list[str]:
+    """What fits per GPU count, one line per model × PEFT × sequence length: for each count, the framework config
+    that fits the largest micro-batch, and, where more GPUs fit no larger one than fewer did, that they do not (the
+    row's note says why: planning.sharding_notes)."""
+    lines = []
+    fitted = frame.dropna(subset=["max_micro_batch"])
+    for (model, peft, seq), rows in fitted.groupby(["model_name_or_path", "peft_method", "max_seq_len"], sort=True):
+        parts, before = [], None
+        for gpus, at in rows.groupby("num_gpus", sort=True):
+            batch = int(at["max_micro_batch"].max())
+            configs = list(at.loc[at["max_micro_batch"] == batch, "framework_config"])
+            said = f"{int(gpus)} GPU(s): micro-batch {batch} ({', '.join(configs)})" if batch else \
+                f"{int(gpus)} GPU(s): not even micro-batch 1"
+            if before is not None and batch <= before:
+                said += ", no more than on fewer GPUs"
+                explained = [c for c, n in zip(at["framework_config"], at["pred_note"], strict=True)
+                             if isinstance(n, str) and LEAD in n]
+                said += f" (why: {', '.join(explained)}'s note)" if explained else ""
+            parts.append(said)
+            before = batch if before is None else max(before, batch)
+        lines.append(f"{model} · {peft} · {int(seq)} tokens: " + "; ".join(parts))
+    return lines

@@ -61,6 +61,24 @@ def tracked_total(tracker) -> int:
     return sum(snapshot.get(key, 0) for snapshot in tracker._curr_mem_snap.values())
 
 
+class StorageKeys:
+    """Storages told apart by address (`_cdata`), each address one storage's for the step: every storage keyed is
+    weakly referenced, which keeps its address from going to a storage made later. Without that, a storage made where
+    a dead one was took the dead one's place (a parameter's: not an activation; a saved one's: its size), which
+    depended on where the allocator put it: an FSDP1 plan's activations moved by 512 KiB from run to run."""
+
+    def __init__(self):
+        self.pins: dict = {}
+
+    def __call__(self, storage) -> int:
+        key = storage._cdata
+        if key not in self.pins:
+            from torch.multiprocessing.reductions import StorageWeakRef
+
+            self.pins[key] = StorageWeakRef(storage)
+        return key
+
+
 class ScannerRules:
     """Category state of the scanner's rules and the peak interval's owner, fed by the step's hooks."""
 
@@ -70,6 +88,7 @@ class ScannerRules:
         self.saved = 0  # bytes of saved storages (and checkpoint inputs) alive
         self.grads = 0
         self.grad_storages: set[int] = set()
+        self.key = StorageKeys()
         self.rc_base: int | None = None  # allocated when the current layer's recompute began
         self.rc_upto: int | None = None  # allocated after its latest recomputed child
         self.recompute_layer: int | None = None
@@ -107,11 +126,11 @@ class ScannerRules:
     # ------------------------------------------------------------ gradients
     def grad_hook(self, param) -> None:
         grad = getattr(param.grad, "_local_tensor", param.grad)  # a DTensor (FSDP2): this rank's shard
-        if grad is None or grad.untyped_storage()._cdata in self.grad_storages:
+        if grad is None or self.key(grad.untyped_storage()) in self.grad_storages:
             return
 
         def add() -> None:
-            self.grad_storages.add(grad.untyped_storage()._cdata)
+            self.grad_storages.add(self.key(grad.untyped_storage()))
             self.grads += rounded(grad.untyped_storage().nbytes(), self.block)
 
         self.event(add, claims_previous=True)
@@ -119,8 +138,8 @@ class ScannerRules:
     def count_existing_grads(self, params) -> None:
         for p in params:
             grad = getattr(p.grad, "_local_tensor", p.grad)
-            if grad is not None and grad.untyped_storage()._cdata not in self.grad_storages:
-                self.grad_storages.add(grad.untyped_storage()._cdata)
+            if grad is not None and self.key(grad.untyped_storage()) not in self.grad_storages:
+                self.grad_storages.add(self.key(grad.untyped_storage()))
                 self.grads += rounded(grad.untyped_storage().nbytes(), self.block)
 
     # ------------------------------------------------------------ recompute of checkpointed layers
@@ -161,9 +180,10 @@ class SavedTensorMeter:
         import torch
 
         self.rules, self.block = rules, block
+        self.key = StorageKeys()
         # (a DTensor, FSDP2's shard, holds no storage of its own: its local tensor does)
-        self.excluded = {getattr(p, "_local_tensor", p).untyped_storage()._cdata for p in model.parameters()}
-        self.excluded |= {getattr(b, "_local_tensor", b).untyped_storage()._cdata for b in model.buffers()}
+        self.excluded = {self.key(getattr(t, "_local_tensor", t).untyped_storage())
+                         for t in (*model.parameters(), *model.buffers())}
         self.live: dict[int, list[int]] = {}  # storage → [holders, bytes]
         self.total = self.max = 0
         self.forward_open = False
@@ -210,12 +230,13 @@ class SavedTensorMeter:
             self.forward_open = False
 
     def _hold(self, tensor) -> bool:
-        key = tensor.untyped_storage()._cdata
+        key = self.key(tensor.untyped_storage())
         # a parameter made after the meter began (FSDP2's gathered weights) or a view of one: not an activation
         if key in self.excluded or isinstance(tensor._base if tensor._base is not None else tensor, self._parameter):
             return False
         entry = self.live.get(key)
-        if entry is None:
+        if entry is None or entry[0] == 0:
+            # sized now: a dead storage's address (the key) is reused by the next storage made there, of any size
             entry = self.live[key] = [0, rounded(tensor.untyped_storage().nbytes(), self.block)]
         if entry[0] == 0:
             self._change(entry[1], claims_previous=True)
@@ -250,7 +271,7 @@ class SavedTensorMeter:
             return
         for value in (*args, *kwargs.values()):
             if isinstance(value, torch.Tensor) and self._hold(value):
-                self.finalizers.append(weakref.finalize(value, self._release, value.untyped_storage()._cdata))
+                self.finalizers.append(weakref.finalize(value, self._release, self.key(value.untyped_storage())))
 
     def remove(self) -> None:
         """Stop metering. Held tensors die later (a checkpoint input when the step's graph goes, at the latest at
@@ -287,7 +308,7 @@ class _Held:
     __slots__ = ("tensor", "meter", "key")
 
     def __init__(self, tensor, meter: SavedTensorMeter):
-        self.tensor, self.meter, self.key = tensor, meter, tensor.untyped_storage()._cdata
+        self.tensor, self.meter, self.key = tensor, meter, meter.key(tensor.untyped_storage())
 
     def __del__(self):
         self.meter._release(self.key)

@@ -11,6 +11,7 @@ from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.planning.allocator_slack import verdict_columns
 from tunebench.planning.predict import memory_text, predict, shape_and_sharding
+from tunebench.planning.sharding_notes import note as sharding_note
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
             cuda = experiment.device_type == "cuda"
             row.update(verdict_columns(row, capacity if cuda or host_budget else None, cuda, device_name,
                                        compiled=shape.compile_mode is not None))
-            note = unmodelled(experiment, outliers, shape)
+            note = "; ".join(filter(None, [sharding_note(experiment, shape, row, cuda, cache, arch),
+                                           unmodelled(experiment, outliers, shape)]))
             if note:
                 row["pred_note"] = note
         except Exception as exc:  # a prediction never stops the matrix: the run will measure it

@@ -83,6 +83,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         gptq=gptq_plan(model, _model_type(model.model_name_or_path)),
         # FSDP runs in the fake step itself (planning.sharded_step)
         fsdp=fsdp_setting, world=spec.num_gpus if fsdp else 1,
+        last_bit=bool(spec.value("bench", "loss_band_seed")) and spec.value("bench", "loss_band_kind") == "last_bit",
         **shape_fields(spec, quantization.enabled),
     )
     return shape, Sharding(world=spec.num_gpus, fsdp=fsdp, ddp=spec.num_gpus > 1 and not fsdp)

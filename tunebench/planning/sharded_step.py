@@ -38,10 +38,41 @@ def fake_ranks(world: int):
         raise RuntimeError("FSDP cannot be planned inside a process that already has a process group")
     dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
     try:
-        # made before the fake tensor mode: the mesh reads real values
-        yield init_device_mesh("cpu", (world,), mesh_dim_names=(MESH_DIM,))
+        with sharding_propagation_unseen():
+            # made before the fake tensor mode: the mesh reads real values
+            yield init_device_mesh("cpu", (world,), mesh_dim_names=(MESH_DIM,))
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def sharding_propagation_unseen():
+    """DTensor's sharding propagation without the step's tracker seeing it. DTensor works out an op's output shape
+    by running the op on fake tensors of the global shapes (ShardingPropagator._propagate_tensor_meta_non_cached):
+    on a GPU rank they are its own fake tensors and hold no memory. In the fake step they are made in the planner's
+    fake tensor mode, under MemTracker, which counted them as allocated: at the optimizer step, the whole unsharded
+    model's parameters, gradients and two AdamW states at once. Whether that happens in the measured step is torch's
+    caching: torch 2.11's C++ dispatch cannot key an op with tensor-list arguments (the foreach norm and multiply of
+    gradient clipping, fused AdamW) and propagates them again at every step (a 14B's FSDP2 plan at 2 ranks:
+    312 GiB a rank instead of 105.87); torch 2.13 keys them, so only the first (warm-up) step propagates. The
+    propagation here runs with every dispatch mode off but the step's own fake tensor mode, as on a GPU: the plan is
+    the same on both."""
+    from torch._guards import detect_fake_mode
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def unseen(self, op_schema):
+        fake_mode = detect_fake_mode()
+        with _disable_current_modes(), fake_mode if fake_mode is not None else contextlib.nullcontext():
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = unseen
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original
 
 
 def plugin_of(fsdp: Fsdp, mixed_precision: str):

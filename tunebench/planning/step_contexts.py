@@ -29,6 +29,23 @@ def kernels_as_the_gpu(shape, model, config, gpu_arch: int | None):
 
 
 @contextlib.contextmanager
+def band_noise(model, last_bit: bool):
+    """A last-bit band run's hooks on every linear layer (experiment.last_bit), as the run's trainer registers them:
+    each output's random draw, its moved copy and the sum that replaces it are allocated at every layer, the LM
+    head's logits-sized ones included (a float32 band run's peak was 41 % above a plan without them)."""
+    if not last_bit:
+        yield
+        return
+    from tunebench.experiment.last_bit import LastBitNoise
+
+    noise = LastBitNoise(model, seed=1)  # the seed moves values, which fake tensors have not
+    try:
+        yield
+    finally:
+        noise.remove()
+
+
+@contextlib.contextmanager
 def packed_rows_only_if(packed: bool):
     """transformers tells packed rows from their position ids by reading values, which fake tensors cannot give:
     it then assumes packed rows and builds a block mask (SDPA with a mask repeats GQA's keys and values). The

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scanner.alloc_trace import replay, resolve_phases, step_peak
-from tunebench.planning.peak_rules import ScannerRules
+from tunebench.planning.peak_rules import ScannerRules, StorageKeys
 
 # One step's history: allocations and frees, tensors saved for backward (and released), gradients arriving,
 # and the recompute of checkpointed layers (a layer begins, its children finish one by one).
@@ -218,3 +218,20 @@ def test_a_checkpoint_input_dying_after_the_meter_is_removed_reaches_no_torn_dow
     gc.collect()
     assert raised == []
     assert meter.max == 512
+
+
+def test_storage_keys_never_give_a_dead_storage_s_key_to_a_new_one():
+    """Storages are told apart by address; the allocator reuses a dead storage's address (4 addresses for 20
+    storages made one after the other here), so a key alone confused a new storage with a dead one, by chance."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    keys = StorageKeys()
+    seen = []
+    with FakeTensorMode():
+        for size in range(100, 120):
+            tensor = torch.empty(size)
+            seen.append(keys(tensor.untyped_storage()))
+            del tensor
+    assert len(set(seen)) == 20
+    alive = torch.empty(3)
+    assert keys(alive.untyped_storage()) == keys(alive[1:].untyped_storage())  # one storage, one key

@@ -160,6 +160,11 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
         comm_note = measured_note if measured_comm is None else (
             f"; the {measured_on}-GPU step less its own modelled collectives ({measured_comm * 1e3:.1f} ms)"
             + comm_note)
+    if exposed is None and _same_collectives(source, target, measured_on, n):
+        # collectives the model cannot say (FSDP over a quantized base) are in the measured step as they will be
+        # on the target: the same count over the same link keeps them as measured (self-projection included)
+        exposed, comm_note = 0.0, (f"; {n}× {parallelism} over the link it was measured on: its collectives kept "
+                                   f"as measured ({comm_note.lstrip('; ')})")
     if exposed is None:
         return {**out, "proj_note": f"not projected: {comm_note.lstrip('; ')}"}
     step += exposed
@@ -176,6 +181,15 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
                         f"steady median {measured.step_time:.4f} s: {replay_text}"
                         f"{clamped}{comm_note}{_sharded_from_one(measured_on, n, parallelism)}")
     return out
+
+
+def _same_collectives(source: Gpu, target: Gpu, measured_on: int, n: int) -> bool:
+    """Whether the target runs the measured row's collectives as they were measured: as many GPUs, of the same kind
+    or over a link of the same figures."""
+    if measured_on != n or n < 2:
+        return False
+    link = ranks.link_of(target, n)[0]
+    return target.name == source.name or (link is not None and link == ranks.link_of(source, n)[0])
 
 
 def _sharded_from_one(measured_on: int, n: int, parallelism: str | None) -> str:

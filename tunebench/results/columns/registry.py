@@ -313,7 +313,9 @@ REGISTRY: tuple[Column, ...] = (
        "after the run: predicted ÷ measured − 1 (the scanner's category; `peak` against max_memory_allocated)"),
     _k("pred_note", METRIC, "-", S_PRED,
        "how the prediction modelled what the row turns on (torch.compile, Liger, flex attention, a quantized base, "
-       "8-bit outlier columns) and what it does not model; why a `pred_error_*` is empty although both figures "
+       "8-bit outlier columns) and what it does not model; on a sharded row whose per-rank peak is not below the "
+       "same experiment's on one GPU, why (`sharding saves nothing here`: FSDP's float32 master weights, unsharded "
+       "activations, gathered layers, each with its bytes); why a `pred_error_*` is empty although both figures "
        "exist (packed rows: the scanned step held fewer tokens than the full rows predicted)"),
     *(Column(n, kind, unit, meaning, extra.S_PROJ, direction or Direction.IGNORE, family)
       for n, kind, unit, direction, family, meaning in extra.PROJECTION_COLUMNS),

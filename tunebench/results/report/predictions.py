@@ -14,6 +14,7 @@ import logging
 import pandas as pd
 
 from tunebench.planning.prediction_errors import ERROR_PAIRS
+from tunebench.planning.sharding_notes import LEAD as SHARDING_LEAD
 from tunebench.results.charts import figures as charts
 from tunebench.results.report.html import img, omitted, table
 
@@ -92,8 +93,28 @@ def bound_word(row: pd.Series, name: str, measured: str) -> str:
     return f"within ({over})" if actual <= bound else f"above ({over}): a new residual for the data"
 
 
+def sharding_notes(df: pd.DataFrame, labels: pd.Series) -> str:
+    """The sharded rows whose planned per-rank peak is not below one GPU's, each with the causes its `pred_note`
+    names (planning.sharding_notes: FSDP's float32 master weights first); '' when there is none."""
+    if "pred_note" not in df.columns:
+        return ""
+    rows = []
+    for i, note in df["pred_note"].items():
+        said = [part for part in str(note).split("; ") if part.startswith(SHARDING_LEAD)] if pd.notna(note) else []
+        rows += [[labels[i], part.removeprefix(SHARDING_LEAD).lstrip(": ")] for part in said]
+    if not rows:
+        return ""
+    return ("<h3>Sharding that saves nothing</h3><p>Sharded rows whose planned peak per rank is not below the same "
+            "experiment's on one GPU, and why.</p>" + table(["experiment", "why"], rows, cls="sharding"))
+
+
 def section(df: pd.DataFrame, labels: pd.Series) -> str:
-    """Chart of predicted vs measured per category, the CPU exclusions and the worst predictions table."""
+    """Chart of predicted vs measured per category, the CPU exclusions, the worst predictions table and the sharded
+    rows that save nothing."""
+    return _errors(df, labels) + sharding_notes(df, labels)
+
+
+def _errors(df: pd.DataFrame, labels: pd.Series) -> str:
     shown = comparable_only(df)
     try:
         chart = img(charts.predicted_vs_measured(shown, ERROR_PAIRS), "predicted vs measured memory")

@@ -166,3 +166,21 @@ def _port() -> int:
     from tunebench.execution.launchers.base import free_port
 
     return free_port()
+
+
+def test_a_qlora_fsdp2_row_projects_onto_its_own_gpus_and_says_why_not_onto_another_link():
+    """FSDP over a 4-bit base gathers bytes the model does not size: onto another link its collectives cannot be
+    said, but onto its own GPU kind and count they are the measured ones (the self-projection was empty)."""
+    table = load_table()
+    h100, pcie = table.lookup("NVIDIA H100 80GB HBM3"), table.lookup("NVIDIA H100 PCIe")
+    row = measured_row("x", kernel_rows(), model_name_or_path="preset:llama-tiny", num_gpus=2,
+                       fsdp="full_shard auto_wrap", fsdp_config=json.dumps({"version": 2}), quantization="bnb-4bit",
+                       steady_tokens_per_second=2 * 8192 / 5.9e-3, steady_nonpad_tokens_per_second=2 * 8192 / 5.9e-3)
+    same = project_one(row, None, table, h100)
+    assert same["proj_steady_tokens_per_second"] == pytest.approx(row["steady_tokens_per_second"], rel=1e-9)
+    assert same["proj_time_comm"] == 0.0
+    assert "2× fsdp2 over the link it was measured on: its collectives kept as measured (FSDP over a quantized " \
+           "base" in same["proj_note"]
+    other = project_one(row, None, table, pcie)
+    assert other["proj_note"] == ("not projected: FSDP over a quantized base: the bytes its 4-bit weights gather are "
+                                  "not modelled")
