@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_
 from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
 from tunebench.experiment.ranges import range_problems
+from tunebench.experiment.sharding import fsdp_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
 from tunebench.matrix.aliases import suggestion
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 _DEVICE_MESSAGES = ("bf16", "fp16", "gpu", "cuda", "fsdp", "torch_compile", "mixed precision")
 # Keys the harness sets per experiment folder: a user's value would be overwritten, so it is not checked.
 _HARNESS_KEYS = ("output_dir", "results_json", "use_cpu")
+_ARGUMENT = re.compile(r"argument --([A-Za-z0-9_]+)")  # how argparse names the option it refuses
 
 
 @dataclass
@@ -70,20 +73,41 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
     return problems
 
 
+def _located(sources: Sources, experiment: ExperimentSpec, key: str) -> tuple[str, str]:
+    """(file, where) of a key, or of a key inside a nested argument (`fsdp_config.version`)."""
+    base = key.split(".")[0]
+    source, where = sources.origin(experiment, base)
+    return source, where + key[len(base):]
+
+
+def _parse_problem(experiment: ExperimentSpec, sources: Sources, message: str) -> InputProblem:
+    """HfArgumentParser's refusal (`argument --tf32: Truthy value expected: ...`) at the file and scenario that
+    gave the key."""
+    named = _ARGUMENT.match(message)
+    key = named.group(1) if named else ""
+    if key in experiment.arguments:
+        source, where = sources.origin(experiment, key)
+    else:
+        source, where = sources.scenarios_path, f"scenario {experiment.scenario!r}"
+    return InputProblem(source, where, message, "give a value of the expected type")
+
+
 def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tuple[dict | None, list[InputProblem]]:
     """The experiment's typed values (the one parse), and whether its objects can be built with them."""
     arguments = {k: v for k, v in experiment.arguments.items() if k not in _HARNESS_KEYS}
     try:
         typed = entry_parser().typed_values(arguments)
     except ArgumentError as exc:
-        key = str(exc).split("/")[0].removeprefix("argument --").strip()
-        source, where = sources.origin(experiment, key) if key in arguments else ("arguments", "-")
-        return None, [InputProblem(source, where, str(exc), "give a value of the expected type")]
+        return None, [_parse_problem(experiment, sources, str(exc))]
+    nested = [InputProblem(*_located(sources, experiment, key), message, fix)
+              for key, message, fix in fsdp_problems(typed["training"])]
+    if nested:  # transformers would stop at the first with a bare int() error, or ignore the key
+        return None, nested
     probe = {group: dict(values) for group, values in typed.items()}
     probe["training"].update(output_dir="/nonexistent/tunebench-validate", use_cpu=experiment.device_type == "cpu")
     try:
         build_entry(probe)
-    except ValueError as exc:  # SFTConfig's own checks, and the entry's
+    except (ValueError, TypeError) as exc:  # SFTConfig's own checks, and the entry's
         message = str(exc)
         device_specific = any(m in message.lower() for m in _DEVICE_MESSAGES)
         if not (device_specific and experiment.device_type == "cuda" and not cuda_here):
