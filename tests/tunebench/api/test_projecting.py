@@ -2,6 +2,7 @@
 
 import pytest
 
+import tunebench
 from tests.fixtures.projection import H100, make_results
 
 
@@ -25,3 +26,51 @@ def test_the_python_api_projects_from_typed_options_and_names_their_fields(tmp_p
     with pytest.raises(tunebench.InputError) as found:
         tunebench.project(str(results))
     assert [(p.source, p.key) for p in found.value.problems] == [("project", "options")]
+
+
+@pytest.mark.parametrize("extra, key, message", [
+    ({"steady_tokens_per_second": -100.0, "steady_nonpad_tokens_per_second": -100.0}, "steady_tokens_per_second",
+     "-100.0 is negative: a rate (tokens/s) is never below 0"),
+    ({"scan_time_forward": -1.6e-3}, "scan_time_forward", "-0.0016 is negative: a time (s) is never below 0"),
+    ({"num_gpus": 2, "fsdp": True, "fsdp_config": '{"version": "x"}'}, "fsdp_config.version",
+     'expected 1 or 2, got "x"'),
+])
+def test_a_row_no_run_produces_is_refused_before_it_is_projected(tmp_path, capsys, extra, key, message):
+    """Issue AD: a row at -100 tokens/s projected to -112.6, a negative phase time to -11 168, and a row whose
+    fsdp_config version is "x" raised ValueError. Now exit 2, one line naming the file and the key, nothing written."""
+    from tunebench.cli import main
+
+    folder, _ = make_results(tmp_path / "measured", **extra)
+    out = tmp_path / "out"
+    assert main(["plan", "--project_from", str(tmp_path / "measured"), "--plan_device", "NVIDIA H200",
+                 "--results_output_path", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"  - {folder / 'results.json'}: {key}: {message} (fix: " in err
+    assert not (out / "projection.csv").exists()
+
+
+@pytest.mark.parametrize("devices, message", [
+    (",", "',' holds an empty entry between or around its commas"),
+    (" , ", "' , ' holds an empty entry between or around its commas"),
+    ("NVIDIA H200,,NVIDIA L40S", "'NVIDIA H200,,NVIDIA L40S' holds an empty entry between or around its commas"),
+    ("NVIDIA H200, NVIDIA H200", "'NVIDIA H200' is listed twice"),
+    ("80GiB,NVIDIA H200", "'80GiB' is a size: --project_from projects onto a GPU kind"),
+])
+def test_a_device_list_naming_nothing_or_a_size_is_one_line(tmp_path, capsys, devices, message):
+    """Issue AD: `--plan_device ","` raised `ValueError: No objects to concatenate` (exit 1)."""
+    from tunebench.cli import main
+
+    make_results(tmp_path / "measured")
+    assert main(["plan", "--project_from", str(tmp_path / "measured"), "--plan_device", devices,
+                 "--results_output_path", str(tmp_path / "out")]) == 2
+    assert f"  - command line: --plan_device: {message}" in capsys.readouterr().err
+    with pytest.raises(tunebench.InputError) as found:
+        tunebench.project(tunebench.ProjectionOptions(project_from=str(tmp_path / "measured"), plan_device=devices))
+    assert [(p.source, p.key) for p in found.value.problems] == [("ProjectionOptions", "plan_device")]
+
+
+def test_several_gpu_kinds_are_each_projected(tmp_path):
+    make_results(tmp_path / "measured")
+    frame = tunebench.project(tunebench.ProjectionOptions(project_from=str(tmp_path / "measured"),
+                                                          plan_device="NVIDIA H200, NVIDIA L40S", memory=False))
+    assert list(frame["proj_device"]) == ["NVIDIA H200", "NVIDIA L40S"]
