@@ -109,3 +109,54 @@ def without_problems(row: dict[str, Any], problems: list[InputProblem]) -> dict[
     named = {p.key for p in problems}
     spelt = {p.key for p in problems if "case" in p.message or "spelt" in p.message}
     return {k: (None if k in named else v) for k, v in row.items() if k not in spelt}
+
+
+def frame_problems(frame, source: str, limit: int = MAX_PROBLEMS) -> list[InputProblem]:
+    """The same check over a results CSV read back (`frame`, pandas; `source`: its file), column by column: a
+    report of a CSV edited by hand names the cells no run produces (`column (row <experiment_id>)`) before it
+    charts them. An empty cell is an absent value, as the CSV writer leaves it."""
+    import numpy as np
+    import pandas as pd
+
+    problems = _case_problems(dict.fromkeys(map(str, frame.columns)), source)
+    ids = frame["experiment_id"].astype(str).to_numpy() if "experiment_id" in frame.columns else \
+        frame.index.astype(str).to_numpy()
+    ok_rows = (frame["status"].astype(str).str.lower() == Status.OK).to_numpy() if "status" in frame.columns \
+        else np.zeros(len(frame), dtype=bool)
+    for name in frame.columns:
+        column = lookup(str(name))
+        if column is None or column.unit in ("-", "bool") or column.kind == OUTCOME:
+            continue
+        raw = frame[name]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        text = np.zeros(len(values), dtype=bool) if pd.api.types.is_numeric_dtype(raw) else \
+            np.isnan(values) & raw.notna().to_numpy() & (raw.astype(str).str.strip() != "").to_numpy()
+        for position in np.flatnonzero(text | _suspect(str(name), values, column.unit, ok_rows)):
+            value = raw.iloc[position] if text[position] else float(values[position])
+            if why := _number_problem(str(name), value, column.unit, bool(ok_rows[position])):
+                problems.append(InputProblem(source, f"{name} (row {ids[position]})", why,
+                                             "correct the cell, or rebuild the CSV from the results folder "
+                                             "(benchmark.py --results_output_path <it> reuses every finished run)"))
+            if len(problems) >= limit:
+                return problems
+    return problems
+
+
+def _suspect(name: str, values, unit: str, ok_rows):
+    """The cells of one numeric column (a float array, NaN where empty) that `_number_problem` may refuse,
+    vectorised: a CSV of thousands of rows is checked in a moment, and each suspect is then judged as a row's
+    value is."""
+    import numpy as np
+
+    present = ~np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        suspect = present & ~np.isfinite(values)
+        if name.endswith("_unix"):
+            return suspect | (present & ((values < 0) | (values > LAST_TIME)))
+        if name in AT_LEAST_ONE:
+            suspect |= present & ((values < 1) | (values != np.round(values)))
+        if unit in NONNEGATIVE_UNITS and name not in SIGNED:
+            suspect |= present & (values < 0)
+        if unit in RATE_UNITS:
+            suspect |= ok_rows & (values == 0)
+    return suspect

@@ -86,3 +86,21 @@ def test_the_folder_reader_names_every_bad_value_when_asked(tmp_path):
     assert sorted((Path(p.source).parent.name, p.key) for p in problems) == [
         ("s_aaaaaaaaaaaa", "steady_nonpad_tokens_per_second"), ("s_bbbbbbbbbbbb", "steady_nonpad_tokens_per_second")]
     assert [r["steady_nonpad_tokens_per_second"] for r in rows] == [None, None]
+
+
+def test_a_report_names_every_cell_no_run_produces_and_writes_nothing(tmp_path, capsys):
+    """The report reads a results CSV: a hand-edited one at -100 tokens/s or an infinite step time is refused with
+    every such cell named (file, column, row), exit 2, before anything is charted."""
+    from tunebench.cli import report
+
+    csv = tmp_path / "raw_summary.csv"
+    pd.DataFrame({"experiment_id": ["0123456789ab", "ba9876543210"], "status": ["ok", "ok"],
+                  "steady_nonpad_tokens_per_second": [-100.0, 5.0], "steady_step_time_median": [0.1, math.inf],
+                  "Steady_MFU": [0.1, 0.2]}).to_csv(csv, index=False)
+    assert report.main([str(csv), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: results {csv}: 3 cell(s) no run produces:"
+    assert err[1].startswith(f"  - {csv}: Steady_MFU: tunebench's column is spelt 'steady_mfu'")
+    assert err[2].startswith(f"  - {csv}: steady_nonpad_tokens_per_second (row 0123456789ab): -100.0 is negative")
+    assert err[3].startswith(f"  - {csv}: steady_step_time_median (row ba9876543210): inf is not a finite number")
+    assert not (tmp_path / "r.html").exists()

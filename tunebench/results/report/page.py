@@ -19,6 +19,7 @@ from tunebench.results.charts import pareto
 from tunebench.results.compare import comparison as cmp
 from tunebench.results.compare import rules
 from tunebench.results.compare.reading import (
+    CompareInputError,
     load_csv,
     numeric_metrics,
     resolve_results_csv,
@@ -32,6 +33,7 @@ from tunebench.results.report import predictions as report_predictions
 from tunebench.results.report import projection as report_projection
 from tunebench.results.report import tune as report_tune
 from tunebench.results.report.html import CSS, img, omitted, table
+from tunebench.results.row_values import frame_problems
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -275,6 +277,9 @@ def write_report(
     """Render ``results`` (dir or CSV) to ``out`` (default ``<results dir>/report.html``); returns the path."""
     csv = resolve_results_csv(results)
     df = load_csv(csv, "results")
+    if problems := frame_problems(df, str(csv)):  # what a run never writes is named, not charted
+        raise CompareInputError(f"results {csv}: {len(problems)} cell(s) no run produces:\n" +
+                                "\n".join(f"  - {p}" for p in problems))
     ref = load_csv(resolve_results_csv(reference, "reference"), "reference") if reference is not None else None
     samples = (load_samples(reference)[0], load_samples(results)[0]) if reference is not None else (None, None)
     page = build_report(df, str(csv), ref, samples)
