@@ -87,14 +87,18 @@ def predictions(matrix: Matrix, plan_device: str | None = None, gpu_table: str |
     """pred_* columns per experiment_id, for `plan_device` (a GPU name or a size such as 80GiB) or the GPUs here.
     A GPU named is planned for CUDA (InputError where the matrix contradicts it; `runs_here`: the matrix's own
     experiments are about to run, so it cannot be rebuilt for CUDA)."""
+    from tunebench.execution.experiment_run import skip_reason
     from tunebench.planning.plan_matrix import plan_experiments
 
     matrix = for_target(matrix, plan_device, runs_here, gpu_table, option)
     target = plan_target(plan_device, matrix.gpus, gpu_table, option)
     if target.capacity is None and any(e.device_type == "cuda" for e in matrix.experiments):
         logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
+    # a row the run would skip for its settings (not for this machine's size) is said so, not planned: its fake
+    # step would fail for the reason the run skips it, and say something else
+    skipped = {e.experiment_id: reason for e in matrix.experiments if (reason := skip_reason(e, None))}
     return plan_experiments(matrix.experiments, target.capacity, host_budget=bool(plan_device),
-                            device_name=target.name, gpu_arch=target.arch)
+                            device_name=target.name, gpu_arch=target.arch, skipped=skipped)
 
 
 def check_models(matrix: Matrix) -> None:

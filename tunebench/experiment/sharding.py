@@ -112,6 +112,12 @@ def quantized_skip_reason(fsdp: Fsdp | None, quantization, weights_dtype: str) -
     if quantization.method == "bnb-8bit":
         return ("FSDP cannot shard an 8-bit (LLM.int8) base: its int8 weights keep per-row scales outside the "
                 "tensor (run lora-int8 without FSDP, or a 4-bit base: load_in_4bit)")
+    if fsdp.version == 1 and weights_dtype == "auto":
+        # auto is the checkpoint's dtype, known only once it loads: no storage can be chosen to match it
+        return ("FSDP1 flattens a layer's parameters into one tensor of one dtype, and with torch_dtype auto the "
+                "weights' dtype is the checkpoint's, unknown until it loads, so the 4-bit weights' storage cannot be "
+                "matched to it: set torch_dtype (e.g. bfloat16; bnb_4bit_quant_storage auto then follows it), or "
+                "use FSDP2 (fsdp2)")
     if fsdp.version == 1 and quantization.storage != weights_dtype:
         return (f"FSDP1 flattens a layer's parameters into one tensor of one dtype, which "
                 f"{quantization.storage}-stored "

@@ -20,6 +20,7 @@ from tunebench.experiment.sharding import fsdp_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
 from tunebench.matrix.aliases import suggestion
+from tunebench.matrix.narrowing import say_once, typed_settings
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
              cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
     """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
     known = entry_parser().known_keys()
-    seen, problems, typed_specs = set(), [], []
+    seen, problems, typed_specs, lines = set(), [], [], []
     for experiment in experiments:
         found = _unknown_keys(experiment, known, sources)
         spec = None
@@ -170,13 +171,16 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
             typed, found = _typed(experiment, sources, cuda_here)
             if typed is not None:
                 spec = dataclasses.replace(experiment, entry=typed)
-                found = _problems_of(spec, sources, cuda_here)
+                said, contradictions = typed_settings(spec, sources.origin)
+                found = _problems_of(spec, sources, cuda_here) + contradictions
+                lines += said
         for problem in found:
             if (problem.source, problem.key, problem.message) not in seen:
                 seen.add((problem.source, problem.key, problem.message))
                 problems.append(problem)
         if spec is not None and not found:
             typed_specs.append(spec)
+    say_once(lines)  # what the run would drop or change, a line per scenario and key
     return typed_specs, problems
 
 

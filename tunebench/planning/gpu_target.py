@@ -93,11 +93,12 @@ def plan_target(spec: str | None, detected: list | tuple = (), gpu_table: str | 
     InputError naming `option` for a name the table lacks, a GPU without a memory figure, or a list of several
     devices (one_device)."""
     spec = one_device(spec, option)
+    table = load_table(gpu_table) if gpu_table else None  # a table given is read (checked) even beside a size
     if spec:
         size = parse_size(spec)
         if size is not None:
-            return PlanTarget(capacity=size)
-        table = load_table(gpu_table)
+            return PlanTarget(capacity=size, table=table)
+        table = table or load_table(gpu_table)
         gpu = table.lookup(spec)
         if gpu is None:
             raise InputError([InputProblem("command line", option, f"{spec!r} is not a size (e.g. 80GiB) nor a GPU "
@@ -110,7 +111,7 @@ def plan_target(spec: str | None, detected: list | tuple = (), gpu_table: str | 
         return PlanTarget(capacity, gpu.name, gpu.arch(), gpu, named=True, table=table)
     if detected:
         here = detected[0]
-        table = load_table(gpu_table)
+        table = table or load_table(gpu_table)
         gpu = table.lookup(here.name)
         mib = here.memory_total_mib
         capacity = int(mib * 1024**2) if mib and mib == mib else (gpu.capacity_bytes() if gpu else None)
