@@ -190,3 +190,45 @@ def test_a_bad_scenario_gpu_count_is_one_input_problem(value):
         tunebench.Matrix.from_scenarios([{"name": "s", "num_gpus": value, "arguments": {}}], device="cpu")
     (problem,) = [p for p in caught.value.problems if p.key.endswith("num_gpus")]
     assert "GPU count" in problem.message and "num_gpus: [1]" in problem.fix
+
+
+# framework_configs.yaml's FSDP entries as they were written before (transformers' deprecated words)
+LEGACY_WORDS = {"fsdp-full-shard": "full_shard auto_wrap", "fsdp-shard-grad-op": "shard_grad_op auto_wrap",
+                "fsdp2": "full_shard auto_wrap", "fsdp2-activation-checkpointing": "full_shard auto_wrap",
+                "fsdp-cpu-offload": "full_shard auto_wrap offload"}
+
+
+def test_the_shipped_fsdp_configs_use_the_form_transformers_does_not_deprecate(tmp_path):
+    """Issue AD: transformers warned five times a run that the string form of `fsdp` is deprecated. Each shipped
+    FSDP config is `fsdp: true` with fsdp_config, and gives accelerate's plugin exactly what the words gave
+    (checked on 2 H200s too: FSDP1 full/grad-op/offload and FSDP2 train)."""
+    import logging
+
+    import yaml
+    from transformers import TrainingArguments
+
+    from tests.fixtures.harness import REPO
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)  # transformers' loggers do not propagate
+    configs = yaml.safe_load((REPO / "framework_configs.yaml").read_text())["framework_configs"]
+    sharded = {name: c["arguments"] for name, c in configs.items() if "fsdp" in (c or {}).get("arguments", {})}
+    assert sorted(sharded) == sorted(LEGACY_WORDS)
+    try:
+        for name, arguments in sharded.items():
+            assert arguments["fsdp"] is True and fsdp_problems(arguments) == [], name
+            config = {k: v for k, v in arguments["fsdp_config"].items() if k not in ("reshard_after_forward",
+                                                                                      "cpu_offload")}
+            said.clear()
+            new = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=True,
+                                    fsdp_config=dict(arguments["fsdp_config"]))
+            assert not [m for m in said if "as a string is deprecated" in m], name
+            old = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=LEGACY_WORDS[name],
+                                    fsdp_config=config)
+            assert [m for m in said if "as a string is deprecated" in m], name  # the control: the words warn
+            assert new.fsdp_plugin_args == old.fsdp_plugin_args, name
+            assert fsdp_of(arguments) == fsdp_of({"fsdp": LEGACY_WORDS[name], "fsdp_config": config}), name
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
