@@ -1,6 +1,12 @@
 """tunebench/api/projecting.py: `tunebench.project(ProjectionOptions(...))`, the typed edge of `plan --project_from`."""
 
+import dataclasses
+import math
+from pathlib import Path
+
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import tunebench
 from tests.fixtures.projection import H100, make_results
@@ -74,3 +80,37 @@ def test_several_gpu_kinds_are_each_projected(tmp_path):
     frame = tunebench.project(tunebench.ProjectionOptions(project_from=str(tmp_path / "measured"),
                                                           plan_device="NVIDIA H200, NVIDIA L40S", memory=False))
     assert list(frame["proj_device"]) == ["NVIDIA H200", "NVIDIA L40S"]
+
+
+# ---------------------------------------------------------------- generated (hypothesis): every field, hostile
+PROJECTION = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+hostile = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True,
+                    allow_infinity=True), st.text(max_size=12), st.just(Path("nowhere")),
+                    st.sampled_from(["NVIDIA H200", " , ", ",", "80GiB", "NVIDIA H200,,", "H100, H100", "ddp",
+                                     "fsdp2", "tp", "x" * 300, "NVIDIA H200, NVIDIA L40S", "1e400"]),
+                    st.lists(st.integers(), max_size=2))
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("projection") / "measured"
+    make_results(root)
+    return root
+
+
+@PROJECTION
+@given(field=st.sampled_from([f.name for f in dataclasses.fields(tunebench.ProjectionOptions)]), value=hostile)
+def test_every_projection_field_is_projected_or_one_problem_naming_it(measured, field, value):
+    """Issue AD: the API's projection fields (new since 27072a4), each hostile in turn: a frame, or an InputError
+    whose problems all name `ProjectionOptions: <field>` (a GPU table file names itself), never another error."""
+    base = {"project_from": str(measured), "plan_device": "NVIDIA H200", "memory": False}
+    try:
+        frame = tunebench.project(tunebench.ProjectionOptions(**{**base, field: value}))
+    except tunebench.InputError as error:
+        event("refused")
+        named = {field, "--gpu_table", *(("parallelism",) if field == "num_gpus" else ())}  # N GPUs need a sharing
+        assert all(p.key in named or p.source == str(value) for p in error.problems), error.problems
+    else:
+        event("accepted")
+        assert len(frame) >= 1 and frame["proj_steady_tokens_per_second"].map(math.isfinite).all()

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import tunebench
 from tunebench.results import summaries
+from tunebench.results.columns.registry import REGISTRY
+from tunebench.results.columns.types import OUTCOME
 from tunebench.results.row_values import row_problems, without_problems
 
 OK = {"experiment_id": "0123456789ab", "status": "ok", "num_gpus": 1}
@@ -104,3 +109,54 @@ def test_a_report_names_every_cell_no_run_produces_and_writes_nothing(tmp_path, 
     assert err[2].startswith(f"  - {csv}: steady_nonpad_tokens_per_second (row 0123456789ab): -100.0 is negative")
     assert err[3].startswith(f"  - {csv}: steady_step_time_median (row ba9876543210): inf is not a finite number")
     assert not (tmp_path / "r.html").exists()
+
+
+# ---------------------------------------------------------------- generated rows (hypothesis), in this process
+NUMERIC = sorted(c.name for c in REGISTRY if c.pattern is None and c.unit not in ("-", "bool") and c.kind != OUTCOME)
+hostile = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True,
+                    allow_infinity=True), st.text(max_size=8), st.sampled_from([1e300, -0.0, 0, 253402300800.0,
+                                                                               '{"version": "x"}', "nan"]))
+spelt = st.tuples(st.sampled_from(NUMERIC + ["fsdp", "fsdp_config", "learning_rate"]), st.booleans()).map(
+    lambda k: k[0].upper() if k[1] else k[0])
+rows = st.builds(lambda status, values: {**OK, "status": status, **values}, st.sampled_from(["ok", "error"]),
+                 st.dictionaries(spelt, hostile, max_size=4))
+GENERATED = settings(max_examples=200, deadline=None, derandomize=True, database=None)
+
+
+@GENERATED
+@given(row=rows)
+def test_every_generated_row_is_named_or_clean_and_cleaning_leaves_nothing(row):
+    problems = row_problems(row, "r.json")
+    assert all(p.source == "r.json" and (p.key in row or p.key.startswith("fsdp")) for p in problems), problems
+    cleaned = without_problems(row, problems)
+    assert row_problems(cleaned, "r.json") == [] or all(p.key.startswith("fsdp") for p in problems)
+    for key, value in cleaned.items():  # what is kept of a declared number is a finite one
+        if key in NUMERIC and value is not None:
+            assert isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value), key
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(row=rows)
+def test_projection_and_history_refuse_a_generated_row_by_name_or_take_it(tmp_path_factory, capsys, row):
+    """The readers in front of the checker: `project` and `history add` answer a DataFrame / exit 0, or name the
+    results.json and its key (exit 2), never blaming the store, never another exception."""
+    from tests.fixtures.projection import make_results
+    from tunebench.cli import history
+
+    root = tmp_path_factory.mktemp("rows")
+    extra = {k: v for k, v in row.items() if k not in ("experiment_id", "num_gpus")}
+    folder, _ = make_results(root / "measured", **extra)
+    problems = row_problems(json.loads((folder / "results.json").read_text()), str(folder / "results.json"))
+    options = tunebench.ProjectionOptions(project_from=str(root / "measured"), plan_device="NVIDIA H200",
+                                          memory=False)
+    try:
+        tunebench.project(options)
+    except tunebench.InputError as error:
+        assert problems and {p.key for p in error.problems} == {p.key for p in problems}, error.problems
+    else:
+        assert not problems
+    code = history.main(["add", str(root / "measured"), "--store", str(root / "h.duckdb")])
+    err = capsys.readouterr().err
+    assert code == (2 if problems else 0), err
+    assert "--store" not in err and "history store" not in err
