@@ -59,7 +59,7 @@ def device_names(spec: str | None, option: str = "--plan_device") -> list[str]:
         raise InputError([InputProblem("command line", option, f"expected a size or a GPU name, got "
                                        f"{type(spec).__name__}", "e.g. --plan_device 80GiB")])
     names = [part.strip() for part in spec.split(",")]
-    fix = 'e.g. --plan_device "NVIDIA H200" (several, for --project_from: "NVIDIA H200, NVIDIA L40S")'
+    fix = f'e.g. {option} "NVIDIA H200" (several, for --project_from: "NVIDIA H200, NVIDIA L40S")'
     if not all(names):
         raise InputError([InputProblem("command line", option, f"{spec[:80]!r} holds an empty entry between or "
                                        "around its commas", fix)])
@@ -75,7 +75,7 @@ def one_device(spec: str | None, option: str = "--plan_device") -> str | None:
     names = device_names(spec, option)
     if len(names) > 1:
         raise InputError([InputProblem("command line", option, f"{len(names)} devices ({', '.join(names)[:120]}): "
-                                       "a plan judges its experiments against one device",
+                                       f"{option} takes one here (experiments are judged against one device)",
                                        f"run it once per device ({option} {names[0]!r}, then the next); "
                                        "`plan --project_from` projects measured runs onto several")])
     return names[0] if names else None
