@@ -12,11 +12,11 @@ from tunebench.errors import InputProblem
 from tunebench.experiment import acceleration
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
-from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
+from tunebench.experiment.entry_parser import ArgumentError, build_entry, checkpointing_renames, entry_parser
 from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
+from tunebench.experiment.nested import nested_problems
 from tunebench.experiment.ranges import range_problems
-from tunebench.experiment.sharding import fsdp_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
 from tunebench.matrix.aliases import suggestion
@@ -75,9 +75,11 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
 
 
 def _located(sources: Sources, experiment: ExperimentSpec, key: str) -> tuple[str, str]:
-    """(file, where) of a key, or of a key inside a nested argument (`fsdp_config.version`)."""
+    """(file, where) of a key, or of a key inside a nested argument (`fsdp_config.version`), as the user wrote it
+    (a key the harness passes on under transformers' new name is found under the old one)."""
     base = key.split(".")[0]
-    source, where = sources.origin(experiment, base)
+    given = {new: old for old, new in checkpointing_renames().items()}.get(base, base)
+    source, where = sources.origin(experiment, given if given in experiment.arguments else base)
     return source, where + key[len(base):]
 
 
@@ -100,8 +102,9 @@ def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tup
         typed = entry_parser().typed_values(arguments)
     except ArgumentError as exc:
         return None, [_parse_problem(experiment, sources, str(exc))]
+    here = cuda_here or experiment.device_type == "cpu"  # a GPU matrix planned on a laptop needs no GPU package
     nested = [InputProblem(*_located(sources, experiment, key), message, fix)
-              for key, message, fix in fsdp_problems(typed["training"])]
+              for key, message, fix in nested_problems(typed["training"], installed_here=here)]
     if nested:  # transformers would stop at the first with a bare int() error, or ignore the key
         return None, nested
     probe = {group: dict(values) for group, values in typed.items()}

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from tunebench.errors import InputProblem
-from tunebench.experiment.sharding import fsdp_problems
+from tunebench.experiment.nested import nested_problems
 from tunebench.results.columns.lookup import lookup
 from tunebench.results.columns.types import OUTCOME
 from tunebench.vocabulary import Status
@@ -100,7 +100,8 @@ def row_problems(row: dict[str, Any], source: str) -> list[InputProblem]:
             continue
         if why := _number_problem(key, value, column.unit, ok_row):
             problems.append(InputProblem(source, key, why, FIX))
-    problems += [InputProblem(source, key, message, fix) for key, message, fix in fsdp_problems(row)]
+    problems += [InputProblem(source, key, message, fix)
+                 for key, message, fix in nested_problems(row, installed_here=False)]
     return problems[:MAX_PROBLEMS]
 
 
