@@ -45,6 +45,11 @@ MAX_PROBLEMS = 50  # per file: past that it is not a row the harness wrote, and 
 
 
 def _shown(value: Any) -> str:
+    """A value as a message shows it, cut to 40 characters while it is built (a 5 000-digit number of a JSON file is
+    past what Python turns into text)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        beyond = "a number below -1e308" if value < 0 else "a number past 1e308"
+        return f"{float(value):g}" if abs(value) < 10**308 else beyond
     text = json.dumps(value, default=str) if not isinstance(value, float) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -55,14 +60,14 @@ def _number_problem(key: str, value: Any, unit: str, ok_row: bool) -> str | None
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"expected a number, got {_shown(value)}"
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):  # an int is finite (a 400-digit one too)
         return f"{_shown(value)} is not a finite number"
     if key.endswith("_unix"):
-        return None if 0 <= value <= LAST_TIME else f"{value!r} is no time (Unix seconds between 1970 and 9999)"
+        return None if 0 <= value <= LAST_TIME else f"{_shown(value)} is no time (Unix seconds between 1970 and 9999)"
     if key in AT_LEAST_ONE and (value < 1 or value != int(value)):
-        return f"{value!r} is not a whole number >= 1"
+        return f"{_shown(value)} is not a whole number >= 1"
     if unit in NONNEGATIVE_UNITS and key not in SIGNED and value < 0:
-        return f"{value!r} is negative: {_WHAT.get(unit, 'this figure')} ({unit}) is never below 0"
+        return f"{_shown(value)} is negative: {_WHAT.get(unit, 'this figure')} ({unit}) is never below 0"
     if ok_row and unit in RATE_UNITS and value == 0:
         return f"0 {unit} in a finished (ok) row: a run that trained moved tokens"
     return None

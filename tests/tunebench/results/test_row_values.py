@@ -39,6 +39,10 @@ def _problems(**values) -> list[tuple[str, str]]:
     ({"steady_tokens_per_second": "fast"}, [("steady_tokens_per_second", 'expected a number, got "fast"')]),
     ({"train_runtime": True}, [("train_runtime", "expected a number, got true")]),
     ({"per_device_train_batch_size": 0}, [("per_device_train_batch_size", "0 is not a whole number >= 1")]),
+    ({"experiment_start_unix": 10**400}, [("experiment_start_unix", "a number past 1e308 is no time (Unix seconds "
+                                                                    "between 1970 and 9999)")]),
+    ({"train_runtime": -(10**5000)}, [("train_runtime", "a number below -1e308 is negative: a time (s) is never "
+                                                        "below 0")]),
     ({"Steady_Step_Time_Median": 1.0, "steady_step_time_median": 1.0},
      [("Steady_Step_Time_Median", "differs from the key 'steady_step_time_median' only in case")]),
     ({"Train_Runtime": 1.0}, [("Train_Runtime", "tunebench's column is spelt 'train_runtime'")]),
