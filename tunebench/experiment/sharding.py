@@ -95,8 +95,12 @@ def config_dict(value: Any) -> dict:
     return {}
 
 
+# transformers' str_to_bool, which reads fsdp_config's switches as str(value).lower()
+TRUE_WORDS, FALSE_WORDS = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
+
+
 def _true(value: Any) -> bool:
-    return str(value).strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
+    return str(value).strip().lower() in TRUE_WORDS if isinstance(value, str) else bool(value)
 
 
 def quantized_skip_reason(fsdp: Fsdp | None, quantization, weights_dtype: str) -> str | None:
@@ -140,7 +144,8 @@ CONFIG_FIX = ("e.g. fsdp: true with fsdp_config: {version: 2, reshard_after_forw
 
 
 def _switch(value: Any) -> bool:
-    return isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in ("true", "false"))
+    """What transformers reads as true or false (str_to_bool of the value's text)."""
+    return str(value).lower() in (*TRUE_WORDS, *FALSE_WORDS) and isinstance(value, (bool, int, str))
 
 
 def _shown(value: Any) -> str:
