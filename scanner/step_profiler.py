@@ -13,10 +13,14 @@ never allocates through PyTorch's caching allocator, from which every memory cat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
+import sys
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -27,6 +31,30 @@ from .kernel_split import kernel_rows, marker_name, summarise_kernels, write_row
 from .kernels import attention_summary
 
 logger = logging.getLogger(__name__)
+
+# Kineto's tracing-probe lines, printed at every session's start and stop whatever its log level (only
+# KINETO_LOG_LEVEL=6 hides them, and its errors with them): `USDT:2026-11-28 12:00:00 1:1 ...cpp:52] profiler_start`.
+PROBE_LINE = re.compile(r"^(USDT|STAGE):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def without_probe_lines() -> Iterator[None]:
+    """Within it, what the process writes to its stderr (fd 2, where Kineto's C++ writes) passes through, but for
+    Kineto's probe lines: they filled `benchmark.py verify`'s output and every experiment's stderr.log."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode(errors="replace").splitlines(keepends=True)
+                    if not PROBE_LINE.match(line)]
+            if kept:
+                os.write(2, "".join(kept).encode())
 
 
 class StepProfiler:
@@ -46,7 +74,8 @@ class StepProfiler:
         self.profiler = torch.profiler.profile(activities=activities, record_shapes=collectives or self.kernels)
 
     def start(self) -> None:
-        self.profiler.start()
+        with without_probe_lines():
+            self.profiler.start()
 
     def mark(self, event: str, phase: str) -> None:
         """An instant marker at a phase boundary (the phase probe's listener): kernels launched after it and before
@@ -58,7 +87,8 @@ class StepProfiler:
 
     def stop(self, world_size: int, write: bool = True) -> tuple[dict | None, dict | None, str | None, dict | None]:
         """(collective summary or None, attention summary, trace path written or None, kernel split or None)."""
-        self.profiler.stop()
+        with without_probe_lines():
+            self.profiler.stop()
         if not write:
             return None, None, None, None
         trace, written = self._export()

@@ -60,6 +60,15 @@ def looks_like_local_path(text: str, suffixes: tuple[str, ...] = ()) -> bool:
     return "/" in text and os.path.isdir(text.split("/", 1)[0])
 
 
+def library_cache_environment() -> dict[str, str]:
+    """Where the libraries of the processes the harness starts keep their caches: under tunebench's cache root,
+    never the temporary directory (importing bitsandbytes makes /tmp/torchinductor_<user> in every process that
+    does, the preload server and each experiment). {} where the user chose a place."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir("inductor"))}
+
+
 def cache_dir(kind: str) -> Path:
     """The harness's cache folder for `kind` (data, models, ...): under `$TUNEBENCH_CACHE`, else
     ~/.cache/tunebench. One root for every cache, so one variable moves them all."""

@@ -34,6 +34,7 @@ from tunebench.matrix.inputs import (
     load_yaml,
     parse_scenarios,
 )
+from tunebench.matrix.narrowing import missed_gpu_counts, say_once
 from tunebench.matrix.validation import Sources, validate
 from tunebench.telemetry.gpus import query_gpus, usable_gpus
 from tunebench.vocabulary import Device
@@ -127,12 +128,19 @@ class MatrixInputs:
 def _usable_gpus(problems: list[InputProblem]) -> tuple[list, list]:
     """nvidia-smi's GPUs as far as the CUDA_VISIBLE_DEVICES this harness was started with allows."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    listed = query_gpus()
     try:
-        return usable_gpus(query_gpus(), visible, os.environ.get("CUDA_DEVICE_ORDER"))
+        gpus, slots = usable_gpus(listed, visible, os.environ.get("CUDA_DEVICE_ORDER"))
     except ValueError as exc:
         problems.append(InputProblem("environment", "CUDA_VISIBLE_DEVICES", str(exc),
                                      "name the GPUs to use as `nvidia-smi -L` lists them, or unset it to use all"))
         return [], []
+    if listed and not gpus:  # `CUDA_VISIBLE_DEVICES=` (or -1) hides every GPU: said, not "this machine has 0"
+        problems.append(InputProblem("environment", "CUDA_VISIBLE_DEVICES", f"{visible!r} names no GPU, so none of "
+                                     f"the {len(listed)} nvidia-smi lists may be used",
+                                     "unset it to use every GPU, name those to use (e.g. CUDA_VISIBLE_DEVICES=0,1), "
+                                     "or run on the CPU with --device cpu"))
+    return gpus, slots
 
 
 @dataclass
@@ -227,6 +235,7 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
     experiments = expand(selected, inputs.framework_configs, defaults, scenario_file.data_processing, matrices,
                          inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source,
                          defaults_source=inputs.defaults_path)
+    say_once(missed_gpu_counts(selected, matrices.num_gpus, source))  # a scenario left out is said
     if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
         raise InputError(
             [

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from tunebench.api.checks import argument_problem, raise_problems
 from tunebench.api.matrix import Matrix, MatrixOptions
@@ -86,14 +87,18 @@ def predictions(matrix: Matrix, plan_device: str | None = None, gpu_table: str |
     """pred_* columns per experiment_id, for `plan_device` (a GPU name or a size such as 80GiB) or the GPUs here.
     A GPU named is planned for CUDA (InputError where the matrix contradicts it; `runs_here`: the matrix's own
     experiments are about to run, so it cannot be rebuilt for CUDA)."""
+    from tunebench.execution.experiment_run import skip_reason
     from tunebench.planning.plan_matrix import plan_experiments
 
     matrix = for_target(matrix, plan_device, runs_here, gpu_table, option)
     target = plan_target(plan_device, matrix.gpus, gpu_table, option)
     if target.capacity is None and any(e.device_type == "cuda" for e in matrix.experiments):
         logger.warning("no GPU here and no --plan_device: predictions without a fit verdict")
+    # a row the run would skip for its settings (not for this machine's size) is said so, not planned: its fake
+    # step would fail for the reason the run skips it, and say something else
+    skipped = {e.experiment_id: reason for e in matrix.experiments if (reason := skip_reason(e, None))}
     return plan_experiments(matrix.experiments, target.capacity, host_budget=bool(plan_device),
-                            device_name=target.name, gpu_arch=target.arch)
+                            device_name=target.name, gpu_arch=target.arch, skipped=skipped)
 
 
 def check_models(matrix: Matrix) -> None:
@@ -112,7 +117,7 @@ def plan(matrix: Matrix, plan_device: str | None = None, found: dict | None = No
     here. `found`: predictions already made for this matrix."""
     from tunebench.results import summaries
 
-    _check_arguments("plan", matrix, plan_device)
+    _check_arguments("plan", matrix, plan_device, gpu_table)
     with api_words((MatrixOptions, "MatrixOptions"), plan_device="plan"):
         matrix = for_target(matrix, plan_device, False, gpu_table)
         if found is None:
@@ -125,7 +130,7 @@ def fit_map(matrix: Matrix, plan_device: str | None = None, gpu_table: str | Non
     """The largest micro-batch predicted to fit, per model × framework config × PEFT × sequence length × GPUs
     (what `benchmark.py plan --fit_map` writes to fit_map.csv); a GPU named is planned for CUDA, as in `plan`.
     InputError when there is no GPU to fit to."""
-    _check_arguments("fit_map", matrix, plan_device)
+    _check_arguments("fit_map", matrix, plan_device, gpu_table)
     with api_words((MatrixOptions, "MatrixOptions"), plan_device="fit_map", fit_map="fit_map.plan_device"):
         return fit_map_frame(matrix, plan_device, gpu_table)
 
@@ -142,9 +147,13 @@ def fit_map_frame(matrix: Matrix, plan_device: str | None, gpu_table: str | None
     return search(matrix.experiments, target.capacity, target.name, target.arch)
 
 
-def _check_arguments(function: str, matrix: Matrix, plan_device: str | None) -> None:
-    """The matrix and the device of a public planning function, of their types (InputError naming them)."""
+def _check_arguments(function: str, matrix: Matrix, plan_device: str | None, gpu_table: str | None) -> None:
+    """The matrix, the device and the GPU table of a public planning function, of their types (InputError naming
+    them, before anything is planned)."""
     raise_problems([argument_problem(function, "matrix", matrix, Matrix, "build it with tunebench.Matrix.from_yaml"
                                      "(...) or tunebench.Matrix.from_scenarios(...)"),
                     argument_problem(function, "plan_device", plan_device, str | None,
-                                     f"a size or a GPU name, e.g. tunebench.{function}(matrix, plan_device='80GiB')")])
+                                     f"a size or a GPU name, e.g. tunebench.{function}(matrix, plan_device='80GiB')"),
+                    argument_problem(function, "gpu_table", gpu_table, str | os.PathLike | None,
+                                     f"the path of a YAML file, e.g. tunebench.{function}(matrix, '80GiB', "
+                                     "gpu_table='my-gpus.yaml')")])

@@ -46,10 +46,12 @@ class ProjectionOptions:
     def targets(self) -> list[str]:
         """The GPU kinds asked for, in order (InputError, in the command line's words, when none is or when one
         price is given for several)."""
-        if not self.plan_device:
+        from tunebench.planning.gpu_target import device_names
+
+        targets = device_names(self.plan_device)
+        if not targets:
             raise InputError([InputProblem("command line", "--plan_device", "--project_from needs the GPU to "
                                            "project to", "e.g. --plan_device \"NVIDIA H200\"")])
-        targets = [t.strip() for t in self.plan_device.split(",") if t.strip()]
         if self.gpu_hour_usd is not None and len(targets) > 1:
             raise InputError([InputProblem("command line", "--gpu_hour_usd", "one price for several GPU kinds",
                                            "give each GPU's price as usd_per_hour in a --gpu_table file")])
@@ -63,7 +65,10 @@ def measured_frame(root: Path):
     if not root.is_dir():
         raise InputError([InputProblem("command line", "--project_from", f"{root} is not a folder",
                                        "give a results folder benchmark.py wrote")])
-    rows = rows_on_disk(root, incomplete=False)
+    problems: list[InputProblem] = []
+    rows = rows_on_disk(root, incomplete=False, problems=problems)
+    if problems:  # a value no run produces would be projected as it stands (-100 tokens/s to -112.6)
+        raise InputError(problems)
     if not rows:
         raise InputError([InputProblem("command line", "--project_from", f"{root} holds no finished experiment",
                                        "give a results folder benchmark.py wrote (one with raw_summary.csv)")])

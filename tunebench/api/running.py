@@ -31,6 +31,7 @@ from tunebench.execution.experiment_run import RunOptions
 from tunebench.execution.guard import results_lock, stop_on_signals
 from tunebench.execution.launchers import LAUNCHERS
 from tunebench.execution.processes import RunSession
+from tunebench.execution.progress import shown_to_stderr
 from tunebench.execution.runner import run_matrix
 from tunebench.fileio import write_atomic
 from tunebench.results import folder as results_folder
@@ -163,7 +164,7 @@ def run(matrix: Matrix, settings: RunSettings | None = None, session: RunSession
                                      "e.g. tunebench.run(matrix, tunebench.RunSettings(results_output_path='out'))")])
     settings = settings or RunSettings()
     raise_problems(settings.problems())
-    with api_words((MatrixOptions, "MatrixOptions"), (RunSettings, "RunSettings")):
+    with api_words((MatrixOptions, "MatrixOptions"), (RunSettings, "RunSettings")), shown_to_stderr():
         return run_checked(matrix, settings, session, say)
 
 

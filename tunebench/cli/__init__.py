@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 
 from tunebench.cli.options import build_parser
 from tunebench.errors import InputError
 from tunebench.execution.guard import HarnessStopped
 from tunebench.execution.guardian import Guardian
+from tunebench.fileio import library_cache_environment
 from tunebench.plugins import PluginError
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ def _checked_run(options, planning_only: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    os.environ.update(library_cache_environment())  # this process's imports leave no cache in the temp directory
     if argv and argv[0] in SUBCOMMANDS:
         from importlib import import_module
 

@@ -66,6 +66,8 @@ def _problems(args, path: Path) -> list[InputProblem]:
         if len(label) > MAX_LABEL or any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
             problems.append(InputProblem("command line", "--label", f"at most {MAX_LABEL} printable characters",
                                          "e.g. --label v1.2.0 or --label $(git rev-parse --short HEAD)"))
+    if args.command == "report" and args.out:
+        problems += _out_problems(Path(args.out))
     if path.is_symlink() and not path.exists():  # a store is never written through a link to nowhere
         problems.append(InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
                                      "give the store itself, or a new path"))
@@ -77,12 +79,23 @@ def _problems(args, path: Path) -> list[InputProblem]:
     return problems
 
 
-def _act(args: argparse.Namespace, path: Path, con) -> int:
+def _out_problems(out: Path) -> list[InputProblem]:
+    """`history report --out`: a file in a folder that exists (the option's problem, never the store's)."""
+    if out.is_dir():
+        return [InputProblem("command line", "--out", f"{out} is a folder", "give the path of the HTML file to "
+                             f"write, e.g. --out {out / 'history.html'}")]
+    if not out.parent.is_dir():
+        return [InputProblem("command line", "--out", f"{out.parent} is not a folder that exists",
+                             "give a file in an existing folder, e.g. --out history.html")]
+    return []
+
+
+def _act(args: argparse.Namespace, path: Path, con, found: list) -> int:
     """The subcommand's action, with its typed values (tunebench.history.actions)."""
     from tunebench.history import actions
 
     if args.command == "add":
-        return actions.add(args.results, args.label, args.each_repeat, path, con)
+        return actions.add(found, path, con)
     if args.command == "check":
         return actions.check(args.metric, args.min_effect, path, con)
     if args.command == "report":
@@ -99,10 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if problems := _problems(args, path):
             raise InputError(problems)
+        from tunebench.history.actions import read_runs
+
+        # the results folders are read before the store is opened: their problems are theirs, not the store's
+        found = read_runs(args.results, args.label, args.each_repeat) if args.command == "add" else []
         con = store.open_store(path, read_only=args.command != "add")
         try:
             with store.failures_named(path):  # a store damaged past its header fails while it is read
-                return _act(args, path, con)
+                return _act(args, path, con, found)
         except InputError:
             con.abandon()  # refused: nothing this command created is left (the lock, a new store)
             raise

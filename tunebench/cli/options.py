@@ -152,7 +152,8 @@ def _run_options(opt) -> None:
         "columns); `benchmark.py plan` predicts only, prints the table and writes `<out>/plan.csv`")
     opt("--plan_device", metavar="GPU|SIZE", default=None, help="GPU to plan for: a name of the GPU table (\"NVIDIA "
         "H100 80GB HBM3\"; a name plans for CUDA, and contradicts --device cpu) or a size (`80GiB`); default the "
-        "GPUs present. A size on a CPU matrix is a per-process budget")
+        "GPUs present. A size on a CPU matrix is a per-process budget. One device (several, comma-separated, only "
+        "with --project_from; an empty entry or a device listed twice is exit 2)")
     opt("--fit_map", action="store_true", help="with `benchmark.py plan`: instead of the matrix's rows, the largest "
         "micro-batch predicted to fit the GPU (--plan_device or the one here) per model × framework config × PEFT "
         "× sequence length, in `<out>/fit_map.csv`")

@@ -12,11 +12,18 @@ every experiment and claimed the results folder its own harness held. The experi
 `tunebench.execution.preload._run_entry` and need nothing of `__main__`: for them (and only them, by process
 name) the re-run is skipped.
 
+Ctrl-C in the terminal reaches the harness's whole process group, the server included. multiprocessing ignores
+SIGINT in its server only once the preloaded modules are imported; during those 5-15 s the signal raised
+KeyboardInterrupt inside `import peft` and the server printed its traceback beside the harness's clean exit 130.
+The server ignores it from its first import on: the harness stops, and the server goes with it (above). Its forks
+set their own handlers (preload._run_entry).
+
 Only the server imports this module (PRELOAD_MODULES): in any other process the variable may be a stale one
 inherited from an outer harness, and acting on it there would end that process.
 """
 
 import os
+import signal
 from multiprocessing import spawn
 
 from tunebench.execution.preload import PRELOADED_PROCESS_NAME
@@ -25,6 +32,7 @@ from tunebench.lifetime import HARNESS_PID_ENV, die_with_parent
 _harness = os.environ.get(HARNESS_PID_ENV, "")
 if _harness.isdigit():
     die_with_parent(expected_parent=int(_harness))
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the harness's to handle (see above)
 
 _MAIN_KEYS = ("init_main_from_name", "init_main_from_path")
 _prepare = spawn.prepare

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 
+from tunebench.fileio import library_cache_environment
 from tunebench.lifetime import HARNESS_PID_ENV, die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class PreloadServer:
     def _server(self):
         if self._context is None:
             os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
+            os.environ.update(library_cache_environment())  # its imports write no cache into the temp directory
             self._context = multiprocessing.get_context("forkserver")
             self._context.set_forkserver_preload(PRELOAD_MODULES)
         return self._context
@@ -97,6 +99,10 @@ def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str,
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt, as in python
+    # A fork of the server inherits its start method (forkserver), so the locks tqdm and the data loader make here
+    # were named semaphores registered with the harness's resource tracker: an experiment killed on Ctrl-C left
+    # "leaked semaphore objects" warnings at the harness's exit. The platform's default, as `python -m` has.
+    multiprocessing.set_start_method(None, force=True)
     import torch
 
     if torch.cuda._is_in_bad_fork():

@@ -3,9 +3,11 @@ batch and framework, and an ETA (rich on a terminal)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -142,3 +144,26 @@ class MatrixProgress:
                 else ()
             table.add_row(name, *extra, state, where)
         return table
+
+
+@contextlib.contextmanager
+def shown_to_stderr() -> Iterator[None]:
+    """Within it, a Python caller who configured no logging still sees the run's progress on stderr: without a
+    handler Python shows warnings only, and a run from the API said nothing for the first minute (data, the
+    preload server's imports, each experiment started and finished). A caller with logging set up hears it there,
+    as before."""
+    package = logging.getLogger("tunebench")
+    if logging.getLogger().handlers or package.handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tunebench: %(message)s"))
+    level = package.level
+    package.addHandler(handler)
+    if package.getEffectiveLevel() > logging.INFO:
+        package.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)

@@ -27,14 +27,17 @@ class ArgumentError(ValueError):
     """An argument value that the entry's parser rejects (wrong type, unknown choice, unknown key)."""
 
 
-def to_argv(arguments: dict[str, Any]) -> list[str]:
+def to_argv(arguments: dict[str, Any], bare: frozenset[str] = frozenset()) -> list[str]:
     """`{key: value}` → `--key value` in the form HfArgumentParser reads (bools as true/false, lists as separate
-    values, dicts as JSON)."""
+    values, dicts as JSON). `bare`: options whose true is the option alone (`fsdp`, a text whose bare flag means
+    true: `--fsdp true` would be the word 'true'); their false is not passed (unset)."""
     argv: list[str] = []
     for key, value in arguments.items():
-        if value is None:
+        if value is None or (key in bare and value is False):
             continue
         argv.append(f"--{key}")
+        if key in bare and value is True:
+            continue
         if isinstance(value, bool):
             argv.append("true" if value else "false")
         elif isinstance(value, (list, tuple)):
@@ -89,6 +92,10 @@ class EntryParser:
         self.fields = {
             group: {f.name for f in dataclasses.fields(kind) if f.init} for group, kind in self.types.items()
         }
+        # Text options whose bare flag is true (transformers' `fsdp`: `nargs="?"`, `const=True`, type str; the
+        # booleans are parsed that way too, but read `true`/`false` as given).
+        self.bare = frozenset(a.dest for a in self.parser._actions if a.nargs == "?" and a.const is True
+                              and a.type is str)
 
     @staticmethod
     def _raise(message: str):
@@ -109,7 +116,7 @@ class EntryParser:
             given["activation_checkpointing"] = checkpointing_on({})
         given = {k: v for k, v in given.items() if v is not None}
         try:
-            namespace, remaining = self.parser.parse_known_args(to_argv(given))
+            namespace, remaining = self.parser.parse_known_args(to_argv(given, self.bare))
         except argparse.ArgumentError as exc:
             raise ArgumentError(str(exc)) from exc
         if remaining:

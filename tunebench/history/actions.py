@@ -13,15 +13,38 @@ from tunebench.history import metadata, store
 logger = logging.getLogger(__name__)
 
 
-def add(folders: list[str], label: str | None, each_repeat: bool, path: Path, con) -> int:
-    """Each results folder (or each repeat of it) as a run labelled `label`, one transaction each; a run already
-    stored is skipped."""
-    added = 0
+def read_runs(folders: list[str], label: str | None, each_repeat: bool) -> list[tuple[Path, list]]:
+    """(folder, its runs) of every results folder, read before the store is opened: what is wrong with a folder is
+    said as the folder's (InputError naming its files), never as the store's."""
+    found, problems = [], []
     for results in map(Path, folders):
-        runs = metadata.runs_of(results, label, each_repeat)
+        try:
+            found.append((results, metadata.runs_of(results, label, each_repeat)))
+        except InputError as exc:
+            problems += exc.problems
+    if problems:
+        raise InputError(problems)
+    return found
+
+
+def _spelling_problems(con, group: list[dict]) -> list[InputProblem]:
+    """Keys of the new rows that differ only in case from a column the store already holds: one column to DuckDB,
+    so the folder's key is named (the store is fine)."""
+    stored = {name.lower(): name for name in store.existing_columns(con, "experiments")}
+    return [InputProblem(str(e["folder"] / "results.json"), key, f"the store's column is spelt {stored[key.lower()]!r}"
+                         " (DuckDB's names ignore case)", f"rename the key {stored[key.lower()]!r}")
+            for e in group for key in e["row"] if key.lower() in stored and key != stored[key.lower()]]
+
+
+def add(found: list[tuple[Path, list]], path: Path, con) -> int:
+    """Each results folder's runs (read_runs), one transaction each; a run already stored is skipped."""
+    added = 0
+    for results, runs in found:
         if not runs:
             print(f"{results}: no finished experiment to add", flush=True)
         for run, group in runs:
+            if problems := _spelling_problems(con, group):
+                raise InputError(problems)
             con.execute("BEGIN TRANSACTION")
             try:
                 known = store.stored_executions(con)
@@ -60,9 +83,16 @@ def load(con) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _metric_problem(rows: pd.DataFrame, metric: str) -> None:
+    """`metric` is a numeric column of the store: a change point is found in a series of numbers (a text column
+    such as `scenario` has none, and would pass over zero experiments)."""
+    numeric = [c for c in rows.columns if c.startswith(("steady_", "scan_mem", "mem_"))
+               and pd.api.types.is_numeric_dtype(rows[c])][:8]
     if metric not in rows.columns:
-        numeric = [c for c in rows.columns if c.startswith(("steady_", "scan_mem", "mem_"))][:8]
         raise InputError([InputProblem("command line", "--metric", f"{metric!r} is not a column of the store",
+                                       f"e.g. {', '.join(numeric)}")])
+    if store.column_type(metric) != "DOUBLE":
+        raise InputError([InputProblem("command line", "--metric", f"{metric!r} is not a numeric column of the store "
+                                       "(its values are text): a change point needs a number per run",
                                        f"e.g. {', '.join(numeric)}")])
 
 

@@ -82,7 +82,10 @@ class Bisection:
         results.parent.mkdir(parents=True, exist_ok=True)
         print(f"bisect: running {ref[:12]} ({index + 1}/{len(self.candidates)}) -> {results}", flush=True)
         code_exit = bisect.run_harness(self.benchmark_args, results, path_entry, benchmark, results.with_suffix(".log"))
-        found = [e for e in metadata.executions(results) if e["row"].get("status") == "ok"]
+        try:
+            found = [e for e in metadata.executions(results) if e["row"].get("status") == "ok"]
+        except InputError as exc:  # the candidate's own rows (a tunebench of another version): it cannot be judged
+            raise CannotTell(f"{ref}: its results hold a value no run produces ({exc.problems[0]})") from None
         if code_exit != 0 or len({e["experiment_id"] for e in found}) != 1:
             raise CannotTell(f"{ref}: the run exited {code_exit} with {len(found)} ok experiment row(s) (bisect needs "
                              f"exactly one experiment): see {results.with_suffix('.log')}")

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tunebench.errors import InputError, InputProblem
 from tunebench.readback import Unreadable, load_json
-from tunebench.results.folder import experiment_folders
-from tunebench.results.summaries import read_row
+from tunebench.results.summaries import newest_rows
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def _steps(folder: Path) -> list[dict[str, Any]]:
 
 def _started(row: dict[str, Any], folder: Path) -> float:
     for key in ("experiment_start_unix", "process_start_unix"):
-        value = row.get(key)
+        value = row.get(key)  # finite and within every clock's range: results.row_values checked it
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     return (folder / "results.json").stat().st_mtime
@@ -42,18 +42,18 @@ def _started(row: dict[str, Any], folder: Path) -> float:
 
 def executions(results: Path) -> list[dict[str, Any]]:
     """Every finished execution of a results folder (the newest folder of each experiment and repeat, as the CSVs
-    take it): its identity, row and steps. Launched experiments that wrote no results.json are left out."""
-    newest: dict[tuple[str, int], tuple[float, Path, dict]] = {}
-    for folder in experiment_folders(results):
-        row = read_row(folder)
-        if not row or not isinstance(row.get("experiment_id"), str):
-            continue
-        stamp = (folder / "results.json").stat().st_mtime
-        key = (row["experiment_id"], int(row.get("repeat") or 1))
-        if key not in newest or stamp > newest[key][0]:
-            newest[key] = (stamp, folder, row)
-    found = [{"experiment_id": key[0], "repeat": key[1], "started_unix": _started(row, folder), "row": row,
-              "steps": _steps(folder), "folder": folder} for key, (_, folder, row) in newest.items()]
+    take it): its identity, row and steps. Launched experiments that wrote no results.json are left out. InputError
+    naming the folder's files when a row holds a value no run produces (the store never takes it)."""
+    problems: list[InputProblem] = []
+    try:
+        found = [{"experiment_id": row["experiment_id"], "repeat": int(row.get("repeat") or 1),
+                  "started_unix": _started(row, folder), "row": row, "steps": _steps(folder), "folder": folder}
+                 for folder, row in newest_rows(results, incomplete=False, problems=problems)]
+    except OSError as exc:  # the results folder, not the store: said so
+        raise InputError([InputProblem(str(results), "results folder", f"cannot read {exc.filename or results}: "
+                                       f"{exc.strerror or exc}", "give a results folder you may read")]) from None
+    if problems:
+        raise InputError(problems)
     return sorted(found, key=lambda e: (e["started_unix"], e["experiment_id"]))
 
 

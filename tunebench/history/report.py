@@ -49,6 +49,15 @@ def _chart(finding, metric: str) -> str:
     return text[text.index("<svg"):]
 
 
+def _when(seconds: float) -> str:
+    """A run's start as a date; a value no clock shows (a store written before add checked its rows: NaN, 1e300)
+    stays the number it is."""
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds!r} (no time: Unix seconds out of range)"
+
+
 def _runs_table(rows: pd.DataFrame) -> str:
     runs = rows.drop_duplicates("run_number").sort_values("run_number")
     head = "".join(f"<th>{html.escape(c)}</th>" for c in RUN_TABLE)
@@ -58,7 +67,7 @@ def _runs_table(rows: pd.DataFrame) -> str:
         for column in RUN_TABLE:
             value = getattr(run, column, "") if hasattr(run, column) else ""
             if column == "run_started" and isinstance(value, float):
-                value = datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                value = _when(value)
             cells.append(f"<td>{html.escape('' if value is None or value != value else str(value))}</td>")
         body.append(f'<tr id="run-{run.run_number}">{"".join(cells)}</tr>')
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"

@@ -230,7 +230,7 @@ def _cell(value: Any, kind: str):
     return canonical(value) or None
 
 
-def _existing_columns(con, table: str) -> dict[str, str]:
+def existing_columns(con, table: str) -> dict[str, str]:
     rows = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
                        [table]).fetchall()
     return dict(rows)
@@ -238,7 +238,7 @@ def _existing_columns(con, table: str) -> dict[str, str]:
 
 def _widen(con, names: list[str]) -> dict[str, str]:
     """Add the columns the store does not have yet; returns every column's type."""
-    existing = _existing_columns(con, "experiments")
+    existing = existing_columns(con, "experiments")
     for name in names:
         if name not in existing:
             existing[name] = column_type(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,13 +12,15 @@ from tunebench.errors import InputProblem
 from tunebench.experiment import acceleration
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
-from tunebench.experiment.entry_parser import ArgumentError, build_entry, entry_parser
+from tunebench.experiment.entry_parser import ArgumentError, build_entry, checkpointing_renames, entry_parser
 from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
+from tunebench.experiment.nested import nested_problems
 from tunebench.experiment.ranges import range_problems
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.experiment.windows import plan_windows
 from tunebench.matrix.aliases import suggestion
+from tunebench.matrix.narrowing import say_once, typed_settings
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 _DEVICE_MESSAGES = ("bf16", "fp16", "gpu", "cuda", "fsdp", "torch_compile", "mixed precision")
 # Keys the harness sets per experiment folder: a user's value would be overwritten, so it is not checked.
 _HARNESS_KEYS = ("output_dir", "results_json", "use_cpu")
+_ARGUMENT = re.compile(r"argument --([A-Za-z0-9_]+)")  # how argparse names the option it refuses
 
 
 @dataclass
@@ -70,20 +74,44 @@ def _unknown_keys(experiment: ExperimentSpec, known: set[str], sources: Sources)
     return problems
 
 
+def _located(sources: Sources, experiment: ExperimentSpec, key: str) -> tuple[str, str]:
+    """(file, where) of a key, or of a key inside a nested argument (`fsdp_config.version`), as the user wrote it
+    (a key the harness passes on under transformers' new name is found under the old one)."""
+    base = key.split(".")[0]
+    given = {new: old for old, new in checkpointing_renames().items()}.get(base, base)
+    source, where = sources.origin(experiment, given if given in experiment.arguments else base)
+    return source, where + key[len(base):]
+
+
+def _parse_problem(experiment: ExperimentSpec, sources: Sources, message: str) -> InputProblem:
+    """HfArgumentParser's refusal (`argument --tf32: Truthy value expected: ...`) at the file and scenario that
+    gave the key."""
+    named = _ARGUMENT.match(message)
+    key = named.group(1) if named else ""
+    if key in experiment.arguments:
+        source, where = sources.origin(experiment, key)
+    else:
+        source, where = sources.scenarios_path, f"scenario {experiment.scenario!r}"
+    return InputProblem(source, where, message, "give a value of the expected type")
+
+
 def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tuple[dict | None, list[InputProblem]]:
     """The experiment's typed values (the one parse), and whether its objects can be built with them."""
     arguments = {k: v for k, v in experiment.arguments.items() if k not in _HARNESS_KEYS}
     try:
         typed = entry_parser().typed_values(arguments)
     except ArgumentError as exc:
-        key = str(exc).split("/")[0].removeprefix("argument --").strip()
-        source, where = sources.origin(experiment, key) if key in arguments else ("arguments", "-")
-        return None, [InputProblem(source, where, str(exc), "give a value of the expected type")]
+        return None, [_parse_problem(experiment, sources, str(exc))]
+    here = cuda_here or experiment.device_type == "cpu"  # a GPU matrix planned on a laptop needs no GPU package
+    nested = [InputProblem(*_located(sources, experiment, key), message, fix)
+              for key, message, fix in nested_problems(typed["training"], installed_here=here)]
+    if nested:  # transformers would stop at the first with a bare int() error, or ignore the key
+        return None, nested
     probe = {group: dict(values) for group, values in typed.items()}
     probe["training"].update(output_dir="/nonexistent/tunebench-validate", use_cpu=experiment.device_type == "cpu")
     try:
         build_entry(probe)
-    except ValueError as exc:  # SFTConfig's own checks, and the entry's
+    except (ValueError, TypeError) as exc:  # SFTConfig's own checks, and the entry's
         message = str(exc)
         device_specific = any(m in message.lower() for m in _DEVICE_MESSAGES)
         if not (device_specific and experiment.device_type == "cuda" and not cuda_here):
@@ -138,7 +166,7 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
              cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
     """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
     known = entry_parser().known_keys()
-    seen, problems, typed_specs = set(), [], []
+    seen, problems, typed_specs, lines = set(), [], [], []
     _probe_fms(experiments)
     for experiment in experiments:
         found = _unknown_keys(experiment, known, sources)
@@ -147,13 +175,16 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
             typed, found = _typed(experiment, sources, cuda_here)
             if typed is not None:
                 spec = dataclasses.replace(experiment, entry=typed)
-                found = _problems_of(spec, sources, cuda_here)
+                said, contradictions = typed_settings(spec, sources.origin)
+                found = _problems_of(spec, sources, cuda_here) + contradictions
+                lines += said
         for problem in found:
             if (problem.source, problem.key, problem.message) not in seen:
                 seen.add((problem.source, problem.key, problem.message))
                 problems.append(problem)
         if spec is not None and not found:
             typed_specs.append(spec)
+    say_once(lines)  # what the run would drop or change, a line per scenario and key
     return typed_specs, problems
 
 

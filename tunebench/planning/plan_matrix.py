@@ -19,18 +19,25 @@ GIB = 1024**3
 
 
 def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, host_budget: bool = False,
-                     device_name: str | None = None, gpu_arch: int | None = None) -> dict[str, dict[str, Any]]:
+                     device_name: str | None = None, gpu_arch: int | None = None,
+                     skipped: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """experiment_id → `pred_*` columns; a model the fake step cannot run gets empty columns and a warning.
 
     `capacity` is one GPU's memory; CPU experiments are judged against it only when `host_budget` (the user
     gave a size as --plan_device on a CPU matrix: a per-process memory budget). `gpu_arch`, the target's compute
     capability (planning.gpu_target), decides which attention kernels the GPU runs (planning.attention_kernels);
-    without it, the GPU table's entry for `device_name`, else Hopper's.
+    without it, the GPU table's entry for `device_name`, else Hopper's. `skipped`: experiment_id → why the run would
+    skip it (its settings cannot run as asked): no prediction, the reason in `pred_note`.
     """
     arch = gpu_arch if gpu_arch is not None else table_arch(device_name)
     cache: dict = {}
     out: dict[str, dict[str, Any]] = {}
     for experiment in experiments:
+        if reason := (skipped or {}).get(experiment.experiment_id):
+            logger.info("plan: %s not planned: the run would skip it: %s", experiment.folder_name, reason)
+            out[experiment.experiment_id] = {"pred_mem_peak": None, "pred_fits": None,
+                                             "pred_note": f"not planned: the run would skip it: {reason}"}
+            continue
         try:
             shape, sharding = shape_and_sharding(experiment)
             shape, outliers = with_outlier_columns(experiment, shape)
@@ -157,12 +164,15 @@ def _gib(row: dict[str, Any], key: str) -> float | None:
 
 
 def table_notes(experiments: list[ExperimentSpec], predictions: dict[str, dict[str, Any]]) -> list[str]:
-    """Lines printed under the plan table where a figure reads wrong without a word: gradients of 0 GiB (a full
-    fine-tuning row has as many gradients as parameters, just not at the peak)."""
+    """Lines printed under the plan table where a figure reads wrong without a word: a row the run would skip
+    (why it has none), gradients of 0 GiB (a full fine-tuning row has as many gradients as parameters, just not at
+    the peak)."""
+    skipped = [f"{e.folder_name}: {note}" for e in experiments
+               if str(note := predictions.get(e.experiment_id, {}).get("pred_note") or "").startswith("not planned")]
     zero = [e.folder_name for e in experiments if predictions.get(e.experiment_id, {}).get("pred_mem_grads") == 0]
     if not zero:
-        return []
-    return [f"grads 0 GiB ({len(zero)} row(s), e.g. {zero[0]}): every column is its size at the "
+        return skipped
+    return [*skipped, f"grads 0 GiB ({len(zero)} row(s), e.g. {zero[0]}): every column is its size at the "
             "step's peak, which comes before backward makes this step's first gradient (the last "
             "step's were freed by zero_grad(set_to_none=True)); they reach the trainable parameters' size later in "
             "backward, below the peak (with gradient accumulation > 1 they are there at the peak)"]

@@ -42,8 +42,9 @@ OWN_TOP_LEVEL = {MARKER, LOCK_FILE, *SUMMARY_FILES, *SUMMARY_FOLDERS}
 EXPERIMENT_FILES = ("command.sh", "config.json", "spec.json", "stdout.log", "stderr.log", "results.json",
                     "steps.json", "scan*.json", "kernels*.csv.gz", "error_rank*.json", "nvidia_smi.csv",
                     "nvidia_smi.csv.partial", "environment.json", ".*.tmp")
-# nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/).
-EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm")
+# nodes/: the other nodes' part of an experiment spanning machines; slurm/: submitit's job files (executors/);
+# torchelastic/: the multi-process launchers' logs (execution/launchers/ranks.py).
+EXPERIMENT_TREES = ("trainer_output", "nodes", "slurm", "torchelastic")
 _REPO = Path(__file__).resolve().parents[2]
 REPEAT_SUFFIX = re.compile(r"-r\d+$")  # the k-th repeat's folder: <scenario>_<id>-r<k>
 _EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9._+-]+_[0-9a-f]{12}(-r\d+)?")  # ExperimentSpec.folder_name's form

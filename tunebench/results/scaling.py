@@ -84,18 +84,19 @@ def scaling_columns(output_dir: Path, frame: pd.DataFrame) -> pd.DataFrame:
     twins = [w for w in works.values() if w.num_gpus == 1 and w.experiment_id in set(ok["experiment_id"])]
     for index, row in ok.iterrows():
         run = works.get(row["experiment_id"])
-        if run is None or run.num_gpus < 2 or not _finite(rates.get(index)):
+        if run is None or run.num_gpus < 2 or not _positive(rates.get(index)):
             continue
         matched = [t for t in twins if t.device_type == run.device_type and t.workload == run.workload]
-        chosen = ok["experiment_id"].isin({t.experiment_id for t in matched}) & rates.map(_finite)
+        chosen = ok["experiment_id"].isin({t.experiment_id for t in matched}) & rates.map(_positive)
         if not chosen.any():
             continue
         frame.loc[index, "scaling_efficiency"] = float(rates[index]) / (run.num_gpus * rates[chosen].mean())
-        if _finite(steps.get(index)) and steps[chosen].map(_finite).all():
+        if _positive(steps.get(index)) and steps[chosen].map(_positive).all():
             frame.loc[index, "comm_exposed_share"] = 1 - steps[chosen].mean() / float(steps[index])
         frame.loc[index, "scaling_baseline_id"] = ";".join(sorted(ok.loc[chosen, "experiment_id"].unique()))
     return frame
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _positive(value: Any) -> bool:
+    """A rate or a step time that can divide (the reader leaves impossible ones empty; a 0 would give inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

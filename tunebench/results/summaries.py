@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from tunebench.errors import InputProblem
 from tunebench.fileio import ensure_inside, write_atomic
 from tunebench.readback import Unreadable, load_experiment_file
 from tunebench.results.columns.lookup import kind_of
@@ -22,6 +24,7 @@ from tunebench.results.folder import (
 )
 from tunebench.results.parity.verdicts import parity_columns
 from tunebench.results.repeats import repeat_columns
+from tunebench.results.row_values import row_problems, without_problems
 from tunebench.results.scaling import scaling_columns
 from tunebench.vocabulary import Status
 
@@ -45,6 +48,7 @@ KEY_METRICS = [
     "quantization", "loss_parity_max_rel_diff", "loss_parity_final_rel_diff", "compile_seconds",
     "steady_nonpad_tokens_per_second_olympic", "steady_nonpad_tokens_per_second_spread_pct", "error_messages",
 ]
+_WARNED: set[str] = set()
 # Never "varying configuration" even though they are arguments: where the harness put the run's files.
 _BOOKKEEPING_ARGUMENTS = {"output_dir", "results_json"}
 
@@ -107,15 +111,20 @@ def _damaged_row(folder: Path, reason: str) -> dict[str, Any]:
                                                  "again)"}
 
 
-def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: bool = True) -> list[dict[str, Any]]:
-    """One row per experiment found in `output_dir`: its results.json (the newest, when several folders hold
-    the same experiment), or with `incomplete` an error row for a launched experiment that wrote none.
+def newest_rows(output_dir: Path, order: list[str] | None = None, incomplete: bool = True,
+                problems: list[InputProblem] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """(folder, row) per experiment found in `output_dir`: its results.json (the newest, when several folders hold
+    the same experiment), or with `incomplete` an error row for a launched experiment that wrote none (or whose
+    files cannot say which experiment it is). The one
+    reader of a results folder's rows: every row's values are checked (results.row_values) before anyone uses
+    them; a value no run can produce is left empty, and named in `problems` when given (the caller refuses the
+    folder: projection, history), else in a warning (the CSVs of a run).
 
     Rows of the folders named in `order` (the current matrix) come first, in that order; the rest by start
     time. Nothing here depends on the run that asks: the CSVs can always be rebuilt from the folders alone.
     """
-    found: dict[tuple, tuple[float, str, dict[str, Any]]] = {}
-    damaged = damaged_experiment_folders(output_dir)
+    found: dict[tuple, tuple[float, Path, dict[str, Any]]] = {}
+    damaged = damaged_experiment_folders(output_dir) if incomplete else {}
     for folder in [*experiment_folders(output_dir), *damaged]:
         row, reason = _read_row(folder)
         stamp_file = folder / RESULTS_FILE
@@ -133,16 +142,34 @@ def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: b
         key = (row["experiment_id"], row.get("repeat") or 1)  # repeats of one experiment are rows of their own
         previous = found.get(key)
         if previous is None or stamp > previous[0]:
-            found[key] = (stamp, folder.name, row)
+            found[key] = (stamp, folder, row)
     position = {name: i for i, name in enumerate(order or [])}
 
-    def sort_key(item: tuple[float, str, dict[str, Any]]):
-        stamp, name, row = item
+    def sort_key(item: tuple[float, Path, dict[str, Any]]):
+        stamp, folder, row = item
         start = row.get("experiment_start_unix")
-        start = start if isinstance(start, (int, float)) else stamp
-        return (position.get(name, len(position)), start, name)
+        start = start if isinstance(start, (int, float)) and math.isfinite(start) else stamp
+        return (position.get(folder.name, len(position)), start, folder.name)
 
-    return [row for _, _, row in sorted(found.values(), key=sort_key)]
+    return [(folder, _checked(folder, row, problems)) for _, folder, row in sorted(found.values(), key=sort_key)]
+
+
+def _checked(folder: Path, row: dict[str, Any], problems: list[InputProblem] | None) -> dict[str, Any]:
+    """The row with the values no run can produce left empty; those named in `problems`, or warned about."""
+    found = row_problems(row, str(folder / RESULTS_FILE))
+    if problems is not None:
+        problems += found
+    for problem in found if problems is None else ():
+        if str(problem) not in _WARNED:  # the CSVs are rebuilt after every experiment: said once
+            _WARNED.add(str(problem))
+            logger.warning("%s: left empty in the CSVs", problem)
+    return without_problems(row, found) if found else row
+
+
+def rows_on_disk(output_dir: Path, order: list[str] | None = None, incomplete: bool = True,
+                 problems: list[InputProblem] | None = None) -> list[dict[str, Any]]:
+    """One row per experiment found in `output_dir`, checked (see `newest_rows`)."""
+    return [row for _, row in newest_rows(output_dir, order, incomplete, problems)]
 
 
 def flatten_arguments(arguments: dict[str, Any]) -> dict[str, Any]:

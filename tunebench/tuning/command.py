@@ -54,11 +54,14 @@ def tune(options: TuneOptions, checked: bool = False) -> TuneResult:
 
     raise_problems([argument_problem("tune", "options", options, TuneOptions, "e.g. tunebench.tune(tunebench."
                                      "TuneOptions(model='preset:llama-tiny'))")])
+    from tunebench.execution.progress import shown_to_stderr
+
     names = {f"--{field.name}": ("TuneOptions", field.name) for field in fields(TuneOptions)}
     try:
         raise_problems(field_problems(options))  # the types first: the value checks assume them
         raise_problems(value_problems(options))  # checked as the command line's, then named as the fields
-        return _search(options)
+        with shown_to_stderr():  # a Python caller without logging hears the search's progress
+            return _search(options)
     except InputError as exc:
         raise InputError(in_api_words(exc.problems, names)) from None
 

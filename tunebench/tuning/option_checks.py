@@ -162,6 +162,12 @@ def project_to_problems(target: str | None, gpu_table: str | None, num_gpus: int
                 for p in exc.problems]
     if target is None:
         return []
+    from tunebench.planning.gpu_target import one_device
+
+    try:  # one GPU kind, named (the one resolver of device lists: "A, B" was read as A by a fragment)
+        target = one_device(target, "--project_to")
+    except InputError as exc:
+        return [_problem("project_to", p.message, p.fix) for p in exc.problems]
     problems = []
     if table.lookup(target) is None:
         problems.append(_problem("project_to", f"{target!r} is not in the GPU table",

@@ -13,6 +13,7 @@ import yaml
 
 from tunebench.api.matrix import REPO_ROOT
 from tunebench.fileio import write_atomic
+from tunebench.results.compare.rules import plain_number
 from tunebench.tuning.options import OBJECTIVES, TuneOptions
 from tunebench.tuning.runs import scenario_file
 from tunebench.tuning.search import Outcome, PointState, gpu_seconds, objective_value, score
@@ -91,7 +92,7 @@ def winner_scenarios(outcome: Outcome, options: TuneOptions, cpu: bool) -> str |
     value = objective_value(w.final(), options)
     where = f" projected onto the {options.project_to}" if options.project_to else ""
     header = (f"# Written by `benchmark.py tune --model {options.model}` (objective {options.objective}{where}: "
-              f"{value:.6g} {unit}, {outcome.confidence}).\n"
+              f"{plain_number(value, 6)} {unit}, {outcome.confidence}).\n"
               f"# Run it (from the folder tune ran in): {run_command(options)}\n")
     return header + yaml.safe_dump(content, sort_keys=False)
 
@@ -146,7 +147,7 @@ def summary(outcome: Outcome, table: pd.DataFrame, options: TuneOptions, cpu: bo
     out = Path(options.results_output_path)
     if outcome.winner is not None:
         value = objective_value(outcome.winner.final(), options)
-        lines.append(f"winner: {outcome.winner.point.label}: {value:.6g} {unit} ({outcome.confidence})")
+        lines.append(f"winner: {outcome.winner.point.label}: {plain_number(value, 6)} {unit} ({outcome.confidence})")
         lines.append(f"wrote {out / TABLE}, {out / WINNER} and {out / 'report.html'}")
     else:
         lines.append(f"no winner: {outcome.confidence}; wrote {out / TABLE}")

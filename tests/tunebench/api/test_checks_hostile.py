@@ -121,6 +121,20 @@ def test_plan_and_fit_map_devices(matrix, function, value):
 
 
 @API
+@given(function=st.sampled_from(["plan", "fit_map"]), value=hostile)
+def test_plan_and_fit_map_gpu_tables(matrix, function, value):
+    """Issue AD: `gpu_table=5` returned a fit map; every value is a table read, or one problem naming it."""
+    try:
+        frame = getattr(tunebench, function)(matrix, plan_device="80GiB", gpu_table=value)
+    except tunebench.InputError as error:
+        event("refused")
+        _named(error, function, "gpu_table", value)
+    else:
+        event("accepted")
+        assert not value and len(frame) > 0  # no file is named by any generated value: only "no table" passes
+
+
+@API
 @given(argument=st.sampled_from(["matrix", "settings"]), value=hostile)
 def test_run_arguments_of_the_wrong_type(matrix, tmp_path, argument, value):
     given_arguments = {"matrix": matrix, "settings": RunSettings(results_output_path=str(tmp_path / "o"), dry_run=True)}
@@ -235,6 +249,13 @@ def test_the_issues_own_examples_name_the_option(matrix, tmp_path):
         (lambda: tunebench.Matrix.from_scenarios([tiny_scenario()], device="cpu", max_seq_len=64),
          "Matrix.from_scenarios", "max_seq_len"),
         (lambda: tunebench.plan(matrix, plan_device=80), "plan", "plan_device"),
+        # issue AD: a GPU table of no path type returned a DataFrame (fit_map) or "5: --gpu_table: file not found"
+        (lambda: tunebench.fit_map(matrix, "80GiB", gpu_table=5), "fit_map", "gpu_table"),
+        (lambda: tunebench.plan(matrix, "80GiB", gpu_table=5), "plan", "gpu_table"),
+        # issue AD: a device list naming nothing (`ValueError: No objects to concatenate`), or several devices
+        (lambda: tunebench.fit_map(matrix, ","), "fit_map", "plan_device"),
+        (lambda: tunebench.plan(matrix, " , "), "plan", "plan_device"),
+        (lambda: tunebench.plan(matrix, "80GiB,NVIDIA H200"), "plan", "plan_device"),
         (lambda: tunebench.run(matrix, "out"), "run", "settings"),
         (lambda: tunebench.run(matrix, RunSettings(timeout=-5, results_output_path=str(tmp_path / "a"))),
          "RunSettings", "timeout"),

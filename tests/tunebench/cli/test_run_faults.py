@@ -182,3 +182,45 @@ def test_sigkill_of_a_harness_driving_a_local_ray_leaves_no_process_behind(tmp_p
     pytest.importorskip("ray")
     _kill_mid_run(tmp_path, tiny_scenario("endless", max_steps=100000), "--executor", "ray", "--ray_transfer",
                   "shared")
+
+
+def _started(command: list[str], tmp_path: Path) -> subprocess.Popen:
+    """The harness in a session of its own (a terminal's process group), its temporary directory a test folder."""
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
+    return subprocess.Popen([sys.executable, str(REPO / "benchmark.py"), *command], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_ctrl_c_while_the_preload_server_imports_prints_no_traceback(tmp_path):
+    """Issue AD: Ctrl-C to the process group right after start-up was a clean exit 130, but the forkserver printed
+    a KeyboardInterrupt traceback from its `import peft` (and a killed fork left a "leaked semaphore" warning)."""
+    options = write_inputs(tmp_path, [tiny_scenario("long", max_steps=100000)])
+    proc = _started([*options, "--results_output_path", str(tmp_path / "out")], tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("forkserver" in Path(f"/proc/{pid}/cmdline").read_text(
+            errors="replace") for pid in tree(proc.pid) if Path(f"/proc/{pid}").exists()):
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the server's imports (5-15 s here)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "leaked" not in stderr, stderr
+    assert stderr.rstrip().endswith("(interrupted ones as error rows)")
+
+
+def test_a_two_process_run_leaves_nothing_in_the_temporary_directory(tmp_path):
+    """Issue AD: every 2-process experiment left a torchelastic_* folder in the temporary directory (and importing
+    bitsandbytes a torchinductor_<user> one). Its logs are in the experiment's folder now, the caches in tunebench's;
+    a Ctrl-C as the run ends is exit 130 (or 0), never a KeyboardInterrupt in a finalizer (-2)."""
+    options = write_inputs(tmp_path, SHORT[:1])
+    proc = _started([*options, "--results_output_path", str(tmp_path / "out"), "--num_gpus_matrix", "2"], tmp_path)
+    for line in proc.stdout:
+        if line.startswith("wrote "):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130) and "Traceback" not in stderr, stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == []
+    (folder,) = (tmp_path / "out").glob("short1_*")
+    assert (folder / "torchelastic").is_dir() and (tmp_path / "cache" / "inductor").is_dir()

@@ -114,7 +114,9 @@ def test_launchers_single_and_multi_process(tmp_path):
     command = launcher.command(ranks, tmp_path / "spec.json", [], {})
     layout = command.argv[3:command.argv.index("-m", 3)]
     assert launcher.name == "torchrun" and command.argv[1:3] == ["-m", "torch.distributed.run"]
-    assert layout[:6] == ["--nproc_per_node", "2", "--nnodes", "1", "--master_addr", "127.0.0.1"]
+    # torchelastic's logs in the experiment's folder, not a torchelastic_* folder in the temporary directory
+    assert layout[:2] == ["--log_dir", str(tmp_path.resolve() / "torchelastic")]
+    assert layout[2:8] == ["--nproc_per_node", "2", "--nnodes", "1", "--master_addr", "127.0.0.1"]
     assert command.argv[-4:] == ["-m", "tunebench.experiment.train", "--spec", str((tmp_path / "spec.json").resolve())]
 
 

@@ -170,3 +170,23 @@ def test_ray_run_logs_each_experiment_once_and_never_claims_queued_tasks_run(tmp
 def _no_live_view(monkeypatch):
     """run_matrix draws the rich view on a terminal; the log lines are what these tests read."""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+
+
+def test_a_python_caller_without_logging_hears_the_progress(monkeypatch, capsys):
+    """Issue AD: tunebench.run from a script that configured no logging printed nothing for a minute (Python shows
+    warnings only); within the run its progress goes to stderr, and a caller's own logging is left as it is."""
+    import logging
+
+    from tunebench.execution.progress import shown_to_stderr
+
+    root, package = logging.getLogger(), logging.getLogger("tunebench")
+    monkeypatch.setattr(root, "handlers", [])  # pytest's capture handler stands for a caller's logging set-up
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    with shown_to_stderr():
+        logging.getLogger("tunebench.execution.progress").info("started one (0/1 done)")
+    logging.getLogger("tunebench.execution.progress").info("after the run")
+    assert capsys.readouterr().err == "tunebench: started one (0/1 done)\n"
+    assert package.handlers == [] and package.level == logging.NOTSET
+    monkeypatch.setattr(root, "handlers", [logging.NullHandler()])  # a caller who set up logging: nothing added
+    with shown_to_stderr():
+        assert package.handlers == []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tunebench.execution.scheduling import overlap_columns
 from tunebench.experiment.quantization import Quantization, bnb_config, quantization_of
-from tunebench.experiment.sharding import Fsdp, fsdp_of, quantized_skip_reason
+from tunebench.experiment.sharding import Fsdp, fsdp_of, fsdp_problems, quantized_skip_reason
 
 
 def test_fsdp_words_and_config_as_transformers_reads_them():
@@ -27,6 +27,91 @@ def test_fsdp_words_and_config_as_transformers_reads_them():
     assert zero2.label == "fsdp1-shard_grad_op"
     assert fsdp_of({"fsdp": "full_shard auto_wrap offload", "fsdp_config": {"version": 1}}).offload
     assert fsdp_of({"fsdp": True}) == Fsdp()  # TrainingArguments' own value once it has read the words
+
+
+def test_the_config_form_transformers_recommends_reads_as_its_words_did():
+    """`fsdp: true` with the strategy, the offload and the version in fsdp_config (framework_configs.yaml now: the
+    words are deprecated) is the same setting as the words were."""
+    assert fsdp_of({"fsdp": True, "fsdp_config": {"version": 1, "reshard_after_forward": "shard_grad_op"}}) == \
+        fsdp_of({"fsdp": "shard_grad_op auto_wrap", "fsdp_config": {"version": 1}})
+    offload = fsdp_of({"fsdp": True, "fsdp_config": {"version": 1, "reshard_after_forward": "full_shard",
+                                                     "cpu_offload": True}})
+    assert offload == Fsdp(version=1, offload=True)
+    assert fsdp_of({"fsdp": True, "fsdp_config": '{"version": 2, "reshard_after_forward": false}'}) == \
+        Fsdp(reshard_after_forward=False)
+    assert fsdp_of({"fsdp": False, "fsdp_config": {"version": 2}}) is None
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"fsdp": True, "fsdp_config": {"version": [1]}}, [("fsdp_config.version", "expected 1 or 2, got [1]")]),
+    ({"fsdp": True, "fsdp_config": {"version": "two"}}, [("fsdp_config.version", 'expected 1 or 2, got "two"')]),
+    ({"fsdp": True, "fsdp_config": '{"version": "x"}'}, [("fsdp_config.version", 'expected 1 or 2, got "x"')]),
+    ({"fsdp": True, "fsdp_config": [1]}, [("fsdp_config", "expected a mapping, got [1]")]),
+    ({"fsdp": True, "fsdp_config": {"version": 1, "reshard_after_forward": True}},
+     [("fsdp_config.reshard_after_forward", "FSDP1 takes a sharding strategy, got true")]),
+    ({"fsdp": True, "fsdp_config": {"reshard_after_forward": "full_shard"}},
+     [("fsdp_config.reshard_after_forward", 'FSDP2 takes true or false, got "full_shard"')]),
+    ({"fsdp": True, "fsdp_config": {"cpu_ofload": True}},
+     [("fsdp_config.cpu_ofload", "unknown key: transformers reads no fsdp_config key of that name (it would be "
+                                 "ignored)")]),
+    ({"fsdp": "full_shard auto_wrap quickly"}, [("fsdp", "unknown word 'quickly'")]),
+    ({"fsdp": "hybrid_shard", "fsdp_config": {"version": 2}}, [("fsdp", "hybrid_shard is FSDP1's strategy")]),
+    ({"fsdp": 3}, [("fsdp", "expected true, false or transformers' words, got 3")]),
+    ({"fsdp": True, "fsdp_config": {"version": 2, "fsdp_activation_checkpointing": "true", "min_num_params": 0,
+                                    "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}, []),
+    ({"fsdp": "full_shard auto_wrap offload", "fsdp_config": {"version": 1, "use_orig_params": True}}, []),
+    ({"fsdp": float("nan"), "fsdp_config": float("nan")}, []),  # a CSV's empty cells
+])
+def test_one_checker_names_every_nested_fsdp_problem(values, expected):
+    assert [(key, message) for key, message, _ in fsdp_problems(values)] == expected
+
+
+@given(st.dictionaries(st.one_of(st.sampled_from(["fsdp", "fsdp_config"]), st.text(max_size=6)),
+                       st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                                              st.text(max_size=8)),
+                                    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                            st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                                    max_leaves=8), max_size=3))
+def test_the_fsdp_checker_and_reader_never_raise(values):
+    problems = fsdp_problems(values)
+    assert all(isinstance(key, str) and key.startswith("fsdp") and message and fix for key, message, fix in problems)
+    fsdp_of(values)
+
+
+@pytest.mark.parametrize("config, key, message", [
+    ({"version": [1]}, "fsdp_config.version", "expected 1 or 2, got [1]"),
+    ({"version": "two"}, "fsdp_config.version", 'expected 1 or 2, got "two"'),
+])
+def test_a_scenarios_fsdp_config_is_one_problem_naming_file_scenario_and_key(tmp_path, capsys, config, key, message):
+    """Issue AD: `fsdp_config: {version: [1]}` raised TypeError from the dry run and Matrix.from_scenarios; `{version:
+    two}` gave a bare `invalid literal for int()`."""
+    import yaml
+
+    import tunebench
+    from tunebench import cli
+
+    scenario = {"name": "s", "arguments": {"model_name_or_path": ["preset:llama-tiny"], "fsdp": True,
+                                           "fsdp_config": config}}
+    with pytest.raises(tunebench.InputError) as caught:
+        tunebench.Matrix.from_scenarios([scenario], device="cpu", num_gpus=[2])
+    assert [(p.key, p.message) for p in caught.value.problems] == [(f"scenario 's': arguments.{key}", message)]
+    path = tmp_path / "scenarios.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": [scenario]}))
+    assert cli.main(["--scenarios_config_path", str(path), "--dry_run", "--device", "cpu", "--num_gpus_matrix", "2",
+                     "--results_output_path", str(tmp_path / "out")]) == 2
+    assert f"  - {path}: scenario 's': arguments.{key}: {message} (fix: " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_value_of_the_wrong_type_names_the_file_and_the_scenario(tmp_path):
+    """Issue AD: `tf32: 2` said "arguments: -", naming neither the file nor the scenario."""
+    import tunebench
+
+    with pytest.raises(tunebench.InputError) as caught:
+        tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"tf32": 2}}], device="cpu")
+    (problem,) = caught.value.problems
+    assert (problem.source, problem.key) == ("Matrix.from_scenarios", "scenario 's': arguments.tf32")
+    assert problem.message.startswith("argument --tf32: Truthy value expected: got 2")
 
 
 @given(st.one_of(st.none(), st.text(max_size=40), st.integers(), st.lists(st.text(max_size=10), max_size=3)),
@@ -137,3 +222,45 @@ def test_fsdp1_prefetch_is_read_as_the_trainer_passes_it():
     assert fsdp_of({"fsdp": "full_shard", "fsdp_config": {"version": 1}}).backward_prefetch == "NO_PREFETCH"
     assert fsdp_of({"fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "sideways"}}).backward_prefetch == \
         "NO_PREFETCH"
+
+
+# framework_configs.yaml's FSDP entries as they were written before (transformers' deprecated words)
+LEGACY_WORDS = {"fsdp-full-shard": "full_shard auto_wrap", "fsdp-shard-grad-op": "shard_grad_op auto_wrap",
+                "fsdp2": "full_shard auto_wrap", "fsdp2-activation-checkpointing": "full_shard auto_wrap",
+                "fsdp-cpu-offload": "full_shard auto_wrap offload"}
+
+
+def test_the_shipped_fsdp_configs_use_the_form_transformers_does_not_deprecate(tmp_path):
+    """Issue AD: transformers warned five times a run that the string form of `fsdp` is deprecated. Each shipped
+    FSDP config is `fsdp: true` with fsdp_config, and gives accelerate's plugin exactly what the words gave
+    (checked on 2 H200s too: FSDP1 full/grad-op/offload and FSDP2 train)."""
+    import logging
+
+    import yaml
+    from transformers import TrainingArguments
+
+    from tests.fixtures.harness import REPO
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)  # transformers' loggers do not propagate
+    configs = yaml.safe_load((REPO / "framework_configs.yaml").read_text())["framework_configs"]
+    sharded = {name: c["arguments"] for name, c in configs.items() if "fsdp" in (c or {}).get("arguments", {})}
+    assert sorted(sharded) == sorted(LEGACY_WORDS)
+    try:
+        for name, arguments in sharded.items():
+            assert arguments["fsdp"] is True and fsdp_problems(arguments) == [], name
+            config = {k: v for k, v in arguments["fsdp_config"].items() if k not in ("reshard_after_forward",
+                                                                                      "cpu_offload")}
+            said.clear()
+            new = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=True,
+                                    fsdp_config=dict(arguments["fsdp_config"]))
+            assert not [m for m in said if "as a string is deprecated" in m], name
+            old = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=LEGACY_WORDS[name],
+                                    fsdp_config=config)
+            assert [m for m in said if "as a string is deprecated" in m], name  # the control: the words warn
+            assert new.fsdp_plugin_args == old.fsdp_plugin_args, name
+            assert fsdp_of(arguments) == fsdp_of({"fsdp": LEGACY_WORDS[name], "fsdp_config": config}), name
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)

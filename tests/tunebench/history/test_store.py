@@ -6,6 +6,7 @@ Reached through the modules it calls (the history extra's imports): tunebench/hi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from tests.fixtures.harness import REPO  # noqa: E402
 from tests.fixtures.history import results_folder  # noqa: E402
 from tunebench.cli import history as command  # noqa: E402
 from tunebench.history.check import check, describe  # noqa: E402
+from tunebench.results.row_values import row_problems  # noqa: E402
 
 
 def history(*args: str, capsys=None) -> int:
@@ -139,7 +141,9 @@ def test_hostile_labels_and_column_names_are_kept_exactly_or_refused(tmp_path_fa
     folder = results_folder(root / "r", [0.1], extra={column: "x'); DROP TABLE runs; --"})
     store = root / "h.duckdb"
     code = command.main(["add", str(folder), "--store", str(store), f"--label={label}"])
-    if any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
+    row = json.loads((folder / "tiny_0123456789ab" / "results.json").read_text())
+    # a label with control characters, or a column that is tunebench's in other case (or a number's) is refused
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in label) or row_problems(row, "results.json"):
         assert code == 2 and not store.exists()
         return
     assert code == 0
@@ -215,3 +219,66 @@ def test_a_regime_split_compare_cannot_call_does_not_hide_the_change_before_it(t
     (finding,) = _series(tmp_path, before + after)
     assert finding.verdict == "regression" and finding.regimes == [(0, 11), (11, 20)]
     assert describe(finding)[1].startswith("  run 12 opened the newest regime: +6.0 % (99 % CI +")
+
+
+@pytest.mark.parametrize("extra, key, message", [
+    ({"Steady_Step_Time_Median": 3.0}, "Steady_Step_Time_Median",
+     "differs from the key 'steady_step_time_median' only in case"),
+    ({"experiment_start_unix": float("nan")}, "experiment_start_unix", "nan is not a finite number"),
+    ({"experiment_start_unix": 1e300}, "experiment_start_unix",
+     "1e+300 is no time (Unix seconds between 1970 and 9999)"),
+])
+def test_a_row_no_run_produces_is_the_folders_problem_not_the_stores(tmp_path, capsys, extra, key, message):
+    """Keys differing only in case, a NaN or a 1e300 start time: `history add` called a good store "not a tunebench
+    history store, or a damaged one" (or took the row, and `history report` then raised OverflowError). Now one line
+    naming the results.json and its key, exit 2, and the store as it was."""
+    store = tmp_path / "h.duckdb"
+    assert history("add", str(results_folder(tmp_path / "good", [0.1])), "--store", str(store)) == 0
+    before = store.read_bytes()
+    folder = results_folder(tmp_path / "bad", [0.1], extra=extra, start=1.9e9)
+    capsys.readouterr()
+    assert history("add", str(folder), "--store", str(store)) == 2
+    err = capsys.readouterr().err
+    assert f"  - {folder / 'tiny_0123456789ab' / 'results.json'}: {key}: {message}" in err
+    assert "--store" not in err and "history store" not in err
+    assert store.read_bytes() == before
+
+
+def test_a_key_in_other_case_than_the_stores_column_names_the_folder(tmp_path, capsys):
+    store = tmp_path / "h.duckdb"
+    assert history("add", str(results_folder(tmp_path / "a", [0.1], extra={"my_note": "x"})), "--store",
+                   str(store)) == 0
+    folder = results_folder(tmp_path / "b", [0.1], extra={"My_Note": "y"}, start=1.9e9)
+    capsys.readouterr()
+    assert history("add", str(folder), "--store", str(store)) == 2
+    assert (f"  - {folder / 'tiny_0123456789ab' / 'results.json'}: My_Note: the store's column is spelt 'my_note' "
+            "(DuckDB's names ignore case) (fix: rename the key 'my_note')") in capsys.readouterr().err
+    con = duckdb.connect(str(store), read_only=True)
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+def test_report_and_check_name_their_own_options(tmp_path, capsys):
+    """`history report --out <a folder>` blamed --store; `history check --metric scenario` (text) exited 0 over
+    "0 experiment(s)"."""
+    store = tmp_path / "h.duckdb"
+    assert history("add", str(results_folder(tmp_path / "a", [0.1] * 3)), "--store", str(store)) == 0
+    capsys.readouterr()
+    assert history("report", "--store", str(store), "--out", str(tmp_path)) == 2
+    assert f"  - command line: --out: {tmp_path} is a folder" in capsys.readouterr().err
+    assert history("report", "--store", str(store), "--out", str(tmp_path / "no" / "r.html")) == 2
+    assert f"--out: {tmp_path / 'no'} is not a folder that exists" in capsys.readouterr().err
+    for command_name in ("check", "report"):
+        assert history(command_name, "--store", str(store), "--metric", "scenario") == 2
+        assert ("--metric: 'scenario' is not a numeric column of the store (its values are text): a change point "
+                "needs a number per run") in capsys.readouterr().err
+
+
+def test_a_store_written_before_rows_were_checked_still_reports(tmp_path, capsys):
+    """A run started at 1e300 taken by an earlier tunebench: the report shows the number, no OverflowError."""
+    store = tmp_path / "h.duckdb"
+    assert history("add", str(results_folder(tmp_path / "a", [0.1] * 3)), "--store", str(store)) == 0
+    con = duckdb.connect(str(store))
+    con.execute("UPDATE runs SET started_unix = 1e300")
+    con.close()
+    assert history("report", "--store", str(store), "--out", str(tmp_path / "r.html")) == 0
+    assert "1e+300 (no time: Unix seconds out of range)" in (tmp_path / "r.html").read_text()

@@ -170,3 +170,29 @@ def test_a_copy_of_a_good_store_still_reads(stored, tmp_path, capsys):
     assert command.main(["check", "--store", str(path)]) in (0, 1)
     assert command.main(["export", "--parquet", str(tmp_path / "p"), "--store", str(path)]) == 0
     shutil.rmtree(tmp_path / "p")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(metric=st.one_of(st.sampled_from(["scenario", "status", "steady_step_time_median", "experiment_id",
+                                         "learning_rate", "torch_version", "run_label", "Steady_Step_Time_Median"]),
+                        st.text(max_size=12)),
+       command_name=st.sampled_from(["check", "report"]), out=st.sampled_from(["file", "folder", "no parent"]))
+def test_check_and_report_options_are_theirs_never_the_stores(stored, tmp_path, capsys, metric, command_name, out):
+    """Issue AD: `history check --metric scenario` (text) exited 0 over "0 experiment(s)", `history report --out
+    <folder>` blamed --store. A generated metric and --out: exit 0/1 on a numeric metric, else one line naming the
+    option; the store, which is fine, is never blamed."""
+    path = tmp_path / f"h-{len(list(tmp_path.iterdir()))}.duckdb"
+    path.write_bytes(stored[0])
+    target = {"file": tmp_path / "r.html", "folder": tmp_path, "no parent": tmp_path / "no" / "r.html"}[out]
+    extra = ["--out", str(target)] if command_name == "report" else []
+    code = command.main([command_name, "--store", str(path), "--metric", metric, *extra])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "history store" not in err and "--store" not in err, err
+    numeric = metric == "steady_step_time_median"
+    if command_name == "report" and out != "file":
+        assert code == 2 and "  - command line: --out: " in err
+    elif numeric:
+        assert code in (0, 1), err
+    else:
+        assert code == 2 and "  - command line: --metric: " in err, err

@@ -163,3 +163,29 @@ def test_tune_with_device_cpu_and_a_gpu_named_is_one_line_naming_both(tmp_path, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "--plan_device" in lines[0] and "--device cpu" in lines[0], lines
     assert not out.exists()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(parts=st.lists(st.one_of(st.sampled_from(["", " ", "80GiB", "NVIDIA H200", "NVIDIA L40S", "H100", "0GiB",
+                                                  "nope", "80 GiB"]), st.text(max_size=8)), max_size=4),
+       separator=st.sampled_from([",", ", ", " ,", ",,"]))
+def test_a_generated_device_list_is_its_devices_or_one_problem_naming_the_option(parts, separator):
+    """Issue AD: `--plan_device ","` was `ValueError: No objects to concatenate`; any list is its names in order,
+    each once and none empty, or one problem naming --plan_device; `plan_target` takes one device or refuses."""
+    from tunebench.planning.gpu_target import device_names
+
+    spec = separator.join(parts)
+    try:
+        names = device_names(spec)
+    except InputError as error:
+        assert [p.key for p in error.problems] == ["--plan_device"]
+        assert "empty entry" in error.problems[0].message or "listed twice" in error.problems[0].message
+        return
+    assert names == [p.strip() for p in spec.split(",")] if spec.strip() else names == []
+    assert all(names) and len(set(names)) == len(names)
+    try:
+        target = plan_target(spec)
+    except InputError as error:
+        assert {p.key for p in error.problems} == {"--plan_device"}
+    else:
+        assert len(names) <= 1 and (target.capacity is None) == (not names)

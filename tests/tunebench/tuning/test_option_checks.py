@@ -107,7 +107,9 @@ HOSTILE = {
     "--defaults_config_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                str(LIST_YAML), ""]),
     "--grid": _word,  # a flag given a value
-    "--project_to": _word.filter(lambda w: load_table().lookup(w) is None),
+    # issue AD: a list was read as its first GPU by a fragment ("NVIDIA H200, NVIDIA L40S" → H200)
+    "--project_to": st.one_of(_word.filter(lambda w: load_table().lookup(w) is None),
+                              st.sampled_from([",", " , ", "NVIDIA H200, NVIDIA L40S", "NVIDIA H200,"])),
     "--gpu_table": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML), str(LIST_YAML)]),
     "--framework_configs_path": st.sampled_from([str(WORK / "missing.yaml"), str(WORK), str(GARBAGE_YAML),
                                                  str(LIST_YAML), ""]),
@@ -127,6 +129,16 @@ def test_a_hostile_value_is_one_line_naming_the_option_and_nothing_is_created(op
         _refused(_with(option, value), option)
 
     check()
+
+
+def test_project_to_takes_one_gpu_kind():
+    from tunebench.tuning.option_checks import project_to_problems
+
+    (problem,) = project_to_problems("NVIDIA H200, NVIDIA L40S", None, 1)
+    assert (problem.key, problem.message) == ("--project_to", "2 devices (NVIDIA H200, NVIDIA L40S): --project_to "
+                                              "takes one here (experiments are judged against one device)")
+    (problem,) = project_to_problems(" , ", None, 1)
+    assert problem.message == "' , ' holds an empty entry between or around its commas"
 
 
 def test_project_to_is_refused_where_it_cannot_rank_and_a_bad_gpu_table_names_its_file():

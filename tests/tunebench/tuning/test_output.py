@@ -93,7 +93,7 @@ def test_the_busy_host_winner_of_issue_w_is_reported_unconfirmed_in_the_console_
     table = output.write(outcome, options, cpu=True)
     text = output.summary(outcome, table, options, cpu=True)
     label = outcome.winner.point.label
-    assert f"winner: {label}: 8000 tokens/s (unconfirmed: its confirming run was noisy ({noise}); run tune " \
+    assert f"winner: {label}: 8,000 tokens/s (unconfirmed: its confirming run was noisy ({noise}); run tune " \
         "again on a quiet machine)" in text
     assert f"! {label}: not steady: {noise}" in text
     header, first = text.splitlines()[:2]

@@ -110,6 +110,8 @@ class LocalExecutor:
         if not options.preload or not any(e.num_gpus == 1 for e in experiments):
             return None
         started = options.session.preload.warm_seconds is not None
+        if not started:  # the longest silence of a run's start: said before, not only after
+            logger.info("starting the preload server: torch, transformers and TRL are imported once (5-15 s)")
         seconds = options.session.preload.warm()
         if not started:
             logger.info("preload server ready in %.1f s (torch, transformers, TRL imported once for the run)", seconds)

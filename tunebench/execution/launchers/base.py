@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.fileio import library_cache_environment
 from tunebench.lifetime import LAUNCHED_GROUP_ENV
 from tunebench.telemetry.environment import cuda_alloc_conf
 
@@ -110,6 +111,7 @@ def environment(spec: ExperimentSpec, gpu_ids: list[int], extra_env: dict[str, s
         # a 1-process run measured 186 tokens/s spinning, 8500 sleeping (tunebench.cli sets it for the preload
         # server too, whose forks inherit the thread pool it made).
         repro_env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
+    repro_env.update(library_cache_environment())
     repro_env.update(extra_env)
     # The harness's own package must be importable by the child even when tunebench is not installed.
     python_path = [p for p in [repro_env.get("PYTHONPATH"), _REPO, os.environ.get("PYTHONPATH")] if p]

@@ -15,6 +15,8 @@ from tunebench.experiment.spec import ExperimentSpec
 
 logger = logging.getLogger(__name__)
 
+ELASTIC_LOGS = "torchelastic"  # a folder of the experiment's (results.folder.EXPERIMENT_TREES)
+
 
 class RanksLauncher(PythonLauncher):
     """A launcher of an experiment's ranks (this node's ranks when it spans machines), started as one process group."""
@@ -30,5 +32,8 @@ class RanksLauncher(PythonLauncher):
                 extra_env: dict[str, str]) -> LaunchCommand:
         env, repro_env = environment(spec, gpu_ids, extra_env)
         arguments = entry_argv(spec_path)
-        argv = [sys.executable, "-m", self.module, *self.layout(spec), "-m", ENTRY_MODULE, *arguments]
+        # torchelastic's logs go into the experiment folder: by default each run left a torchelastic_* folder in
+        # the temporary directory (torchrun and accelerate launch both take --log_dir)
+        logs = ["--log_dir", str(Path(spec_path).resolve().parent / ELASTIC_LOGS)]
+        argv = [sys.executable, "-m", self.module, *logs, *self.layout(spec), "-m", ENTRY_MODULE, *arguments]
         return LaunchCommand(argv, env, repro_env, os.getcwd(), arguments)

@@ -11,6 +11,7 @@ a new entry needs at least `bf16_tflops` and `memory_tb_per_s`. Every problem of
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,12 @@ def merged(base: list[Gpu], user: list[Gpu], path: str) -> list[Gpu]:
 
 
 def load_table(user_path: str | Path | None = None) -> GpuTable:
-    """The shipped table, with a user's YAML merged in when given."""
+    """The shipped table, with a user's YAML merged in when given (InputError naming --gpu_table for a value that
+    is no path: the API's callers hand anything)."""
+    if user_path is not None and not isinstance(user_path, (str, os.PathLike)):
+        raise InputError([InputProblem("command line", "--gpu_table", f"expected the path of a YAML file, got "
+                                       f"{type(user_path).__name__} {shown(user_path)}",
+                                       "e.g. --gpu_table my-gpus.yaml")])
     base = read_file(SHIPPED)
     if not user_path:
         return GpuTable(tuple(base))

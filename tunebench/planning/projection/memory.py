@@ -20,8 +20,8 @@ from tunebench.readback import load_json
 
 logger = logging.getLogger(__name__)
 
-FSDP2 = {"fsdp": "full_shard auto_wrap",
-         "fsdp_config": {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "reshard_after_forward": True}}
+FSDP2 = {"fsdp": True,
+        "fsdp_config": {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "reshard_after_forward": True}}
 
 
 def spec_of(folder: Path) -> ExperimentSpec:

@@ -54,6 +54,8 @@ def measured_of(row: Any) -> tuple[Measured | None, str | None]:
     phases = {p: num(row, f"scan_time_{p}") for p in PHASES}
     if any(v is None for v in phases.values()):
         return None, "no phase times (scan_time_*: run with the scanner)"
+    if not sum(phases.values()) > 0:  # a step of no time projects to a rate of 1/0
+        return None, "its phase times (scan_time_*) add up to no time: no step was timed"
     if num(row, "scan_kernel_busy_time") is None:
         return None, f"no kernel split (scan_kernel_*: {row.get('scan_kernel_note') or 'measured before the split'})"
     busy = {p: num(row, f"scan_kernel_{p}_busy_time") or 0.0 for p in PHASES}
@@ -168,6 +170,8 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     if exposed is None:
         return {**out, "proj_note": f"not projected: {comm_note.lstrip('; ')}"}
     step += exposed
+    if not step > 0:  # what the model left of the step: never a rate from it
+        return {**out, "proj_note": "not projected: the modelled step takes no time"}
     per_gpu = 1 / measured_on
     tokens, nonpad = measured.tokens_per_step * per_gpu * n, measured.nonpad_tokens_per_step * per_gpu * n
     out.update({"proj_steady_tokens_per_second": tokens / step, "proj_steady_nonpad_tokens_per_second": nonpad / step,

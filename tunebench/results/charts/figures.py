@@ -312,9 +312,12 @@ def curves_chart(
 ) -> bytes:
     """One panel per (column, title, divisor): median y per x, one line per family of ok rows. A point is
     flagged when any row behind it is (`flagged`: bool per row)."""
+    wanted = [p[0] for p in panels]
     panels = [p for p in panels if p[0] in ok.columns and ok[p[0]].notna().any()]
-    if x not in ok.columns or not panels:
-        raise ChartSkipped(f"{title}: column {x} or its metric columns are absent or empty among ok rows.")
+    if x not in ok.columns or ok[x].isna().all():
+        raise ChartSkipped(f"{title}: no ok row has {x}.")
+    if not panels:  # say which columns: "or its metric columns" read as if the x axis were the one missing
+        raise ChartSkipped(f"{title}: no ok row has {' or '.join(wanted)}.")
     ok = ok[ok[x].notna()]
     if ok[x].nunique() < 2:
         value = ", ".join(sorted({rules.canonical(v) for v in ok[x]})) or "none"

@@ -21,11 +21,13 @@ logger = logging.getLogger(__name__)
 
 THROUGHPUT = "steady_nonpad_tokens_per_second"
 # x axes, lower better: (column, axis label, divisor). Memory: the first of these present (measured by torch, the
-# scanner, HF's metrics; the prediction where nothing was measured), then energy where the sidecar measured it.
+# scanner, HF's metrics; the prediction where nothing was measured; the host's on CPU), then energy where the
+# sidecar measured it.
 MEMORY = (("mem_peak_torch_max_allocated_bytes", "peak allocated [GiB]", 1024**3),
           ("scan_mem_peak_allocated", "peak allocated in the scanned step [GiB]", 1024**3),
           ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (HF metrics) [GiB]", 1024**3),
-          ("pred_mem_peak", "predicted peak [GiB] (no measured peak)", 1024**3))
+          ("pred_mem_peak", "predicted peak [GiB] (no measured peak)", 1024**3),
+          ("mem_peak_host_rss_bytes", "peak host RSS [GiB] (a CPU run: no device allocator)", 1024**3))
 MAX_LABEL = 40  # characters of a point's label
 ENERGY = ("steady_energy_joules_per_nonpad_token", "J per non-padding token", 1.0)
 
@@ -47,14 +49,28 @@ def _panels(ok: pd.DataFrame) -> list[tuple[str, str, float]]:
     return [p for p in (memory, ENERGY) if p is not None and present(p[0])]
 
 
+def front_key(ok: pd.DataFrame, labels: pd.Series) -> list[tuple[int, str]]:
+    """(number, label) of every point on a panel's front, fastest first: the chart marks each with its number, and
+    the page lists the labels in full (a tune search's labels, `lora-bs8-sl1024-gc-compile-...`, were cut to fit
+    the axes)."""
+    on = pd.Series(False, index=ok.index)
+    for column, _, _ in _panels(ok) if THROUGHPUT in ok.columns else ():
+        rows = ok[ok[column].notna() & ok[THROUGHPUT].notna()]
+        on[rows.index[front(rows[column].to_numpy(float), rows[THROUGHPUT].to_numpy(float))]] = True
+    fastest = ok[on].sort_values(THROUGHPUT, ascending=False).index
+    return [(k, str(labels[i])) for k, i in enumerate(fastest, start=1)]
+
+
 def pareto_figure(ok: pd.DataFrame, labels: pd.Series, title: str = "Pareto front") -> Figure:
-    """One panel per cost column present: every ok row, the front joined and labelled inside the axes."""
+    """One panel per cost column present: every ok row, the front joined and its points numbered inside the axes
+    (front_key: the numbers' labels)."""
     if THROUGHPUT not in ok.columns or ok[THROUGHPUT].notna().sum() < 2:
         raise ChartSkipped(f"{title}: fewer than two ok rows with {THROUGHPUT}.")
     panels = _panels(ok)
     if not panels:
         raise ChartSkipped(f"{title}: no peak memory or energy column among ok rows.")
     fig = _figure(6.0 * len(panels), 4.5)
+    numbers = {label: str(k) for k, label in front_key(ok, labels)}
     placed = []
     for axis, (column, label, scale) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         rows = ok[ok[column].notna() & ok[THROUGHPUT].notna()]
@@ -64,7 +80,8 @@ def pareto_figure(ok: pd.DataFrame, labels: pd.Series, title: str = "Pareto fron
         order = np.argsort(cost[mask])
         axis.plot(cost[mask][order], gain[mask][order], "o-", color=REGRESSION_COLOR, label="Pareto front")
         for x, y, text in zip(cost[mask], gain[mask], labels[rows.index][mask], strict=True):
-            note = axis.annotate(str(text)[:MAX_LABEL], (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+            note = axis.annotate(numbers.get(str(text), str(text)[:MAX_LABEL]), (x, y), fontsize=8, xytext=(4, 4),
+                                 textcoords="offset points")
             # Out of the layout: constrained layout would otherwise shrink the axes to make room for a label past
             # their edge; the label is moved inside instead (below), against axes that no longer move.
             note.set_in_layout(False)

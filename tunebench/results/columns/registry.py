@@ -250,7 +250,9 @@ REGISTRY: tuple[Column, ...] = (
        "handed out whole (CUDA without expandable segments; 0 with them)"),
     _m("scan_mem_temporaries", "bytes", LOWER, "memory", S_SCAN,
        "peak − the categories above − other − block tails (CUDA)"),
-    _m("scan_mem_peak_allocated", "bytes", LOWER, "memory", S_SCAN, "allocator peak in the step (CUDA)"),
+    _m("scan_mem_peak_allocated", "bytes", LOWER, "memory", S_SCAN,
+       "allocator peak in the step (CUDA; empty on CPU, which has no device allocator: the memory of a CPU run is "
+       "`mem_peak_host_rss_bytes`, and its tensors by category the other `scan_mem_*` columns)"),
     _m("scan_mem_peak_reserved", "bytes", LOWER, "memory", S_SCAN, "allocator reserved peak in the step (CUDA)"),
     _m("scan_mem_fragmentation", "bytes", LOWER, "memory", S_SCAN, "peak reserved − peak allocated (CUDA)"),
     _m("scan_mem_alloc_retries", "count", LOWER, "count", S_SCAN, "allocator retries in the step (CUDA)"),

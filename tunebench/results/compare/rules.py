@@ -229,9 +229,22 @@ def format_value(column: str, value: float) -> str:
         return f"{v:.1f} %"
     if unit.endswith("/s"):
         return f"{v:,.1f}"
+    if unit == "FLOP":
+        return f"{v / 1e12:,.1f} TFLOP"
     if metric_family(column) == "loss":
         return f"{v:.4f}"
-    return f"{v:,.4g}"
+    return plain_number(v)
+
+
+def plain_number(value: float, digits: int = 4) -> str:
+    """A number as a reader writes it: grouped digits, never an exponent where the figure has a sensible place
+    value (`11,260` tokens, not `1.126e+04`); `digits` significant digits below 1 000."""
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        return ""
+    if abs(v) >= 1000 or (v == int(v) and abs(v) < 2**53):
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}g}" if abs(v) >= 1e-4 or v == 0 else f"{v:.{digits}g}"
 
 
 def display_scale(column: str) -> tuple[float, str]:

@@ -59,5 +59,5 @@ def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
             "target loss\").</p>")
     return HEADING + note + table(["experiment", "framework config", "speed-up (steady tokens/s)",
                                    "speed-up to target loss", "peak memory", "loss parity"], rows,
-                                  numeric={2, 3, 4, 5}, cls="acceleration",
-                        notes=[warn.row_note(warnings[i]) for i in accelerated.index])
+                                  numeric={2, 3, 4, 5}, cls="acceleration") + \
+        warn.elsewhere_note(warnings[accelerated.index])

@@ -13,7 +13,7 @@ from tunebench.results.compare.markdown import signed_pct
 from tunebench.results.compare.result import CompareResult
 from tunebench.results.compare.steady import interval_text, is_tested
 from tunebench.results.report.html import img, table
-from tunebench.results.report.measurement_warnings import is_steady, marked, row_note, warning_texts
+from tunebench.results.report.measurement_warnings import elsewhere_note, is_steady, marked, warning_texts
 
 logger = logging.getLogger(__name__)
 
@@ -62,17 +62,17 @@ def section(result: CompareResult, results: pd.DataFrame) -> str:
             rows.append([r.label, r.kind, "yes" if r.regression else "no", metric,
                          rules.format_value(metric, r.reference) if metric else r.status_reference,
                          marked(new, warning), signed_pct(r.delta_pct)])
-            notes.append(row_note(warning))
+            notes.append(warning)
         parts.append(table(["experiment", "finding", "regression", "metric", "reference", "new", "change"], rows,
-                           numeric={4, 5, 6}, cls="findings", notes=notes))
+                           numeric={4, 5, 6}, cls="findings") + elsewhere_note(notes))
     tested = [r for r in result.comparison.itertuples() if is_tested(r)]
     if tested:  # the verdicts that rest on step samples, with their intervals
         warnings = [_row_warning(r, keys, warned) for r in tested]
         rows = [[r.label, r.metric, r.verdict, marked(signed_pct(r.delta_pct), w), interval_text(r)]
                 for r, w in zip(tested, warnings, strict=True)]
         parts += ["<h3>Steady time and throughput: significance and effect size</h3>",
-                  table(["experiment", "metric", "verdict", "change", "test"], rows, numeric={3}, cls="verdicts",
-                        notes=[row_note(w) for w in warnings])]
+                  table(["experiment", "metric", "verdict", "change", "test"], rows, numeric={3}, cls="verdicts")
+                  + elsewhere_note(warnings)]
     if len(result.changed_arguments):
         parts.append("<h3>Changed arguments</h3>")
         parts.append(table(["experiment", "argument", "reference", "new"], result.changed_arguments.values.tolist(),

@@ -43,6 +43,16 @@ def row_note(warning: str) -> Html | None:
     return Html(f"{warn_mark()}measurement warning: {html.escape(warning)}")
 
 
+def elsewhere_note(warnings: pd.Series | list[str], where: str = "Experiments") -> str:
+    """Under a table other than the experiments one: its badges point to the reasons, printed once per row (under
+    the row in `where`), not again under every table that shows the row (3 times a row, before)."""
+    warned = sum(1 for w in warnings if w)
+    if not warned:
+        return ""
+    return (f'<p class="note">{warn_mark()}marks the steady figures of {warned} row(s) with a measurement warning; '
+            f"each row's reason is printed once, under it in {html.escape(where)}.</p>")
+
+
 def summary(df: pd.DataFrame) -> str:
     """The line at the top of the page: how many rows carry a warning, and what that means for their figures."""
     texts = warning_texts(df)
@@ -57,16 +67,17 @@ def summary(df: pd.DataFrame) -> str:
         return f'<p class="note">No row carries a measurement warning ({len(df)} rows).</p>'
     return (f'<p class="warn-summary">{warn_mark()}<b>{warned} of {len(df)} rows carry a measurement warning</b>: '
             "their steady figures (marked with the badge wherever they appear) come from step times that were "
-            "not stable or too few. Each row's reason is printed under its numbers. Re-run them on a quiet "
-            "machine, exclusive, or with more steps before relying on them.</p>")
+            "not stable or too few. Each row's reason is printed once, under its numbers in Experiments. Re-run "
+            "them on a quiet machine, exclusive, or with more steps before relying on them.</p>")
 
 
 def chart_note(labels: pd.Series, warnings: pd.Series, index: pd.Index, what: str) -> str:
-    """Under a chart of steady figures: which of its points come from rows with a warning, and why."""
-    rows = [(labels[i], warnings[i]) for i in index if warnings[i]]
+    """Under a chart of steady figures: which of its points come from rows with a warning (their reasons are in
+    Experiments, once)."""
+    rows = [labels[i] for i in index if warnings[i]]
     if not rows:
         return ""
-    items = "".join(f"<li>{html.escape(str(label))}: {html.escape(text)}</li>" for label, text in rows)
+    items = ", ".join(html.escape(str(label)) for label in rows)
     return (f'<div class="warn-summary">{warn_mark()}{len(rows)} of the {len(index)} rows plotted in '
-            f'{html.escape(what)} '
-            f"carry a measurement warning (their points are ringed and marked !):<ul>{items}</ul></div>")
+            f'{html.escape(what)} carry a measurement warning (their points are ringed and marked !; each reason '
+            f"is under its row in Experiments): {items}</div>")

@@ -19,6 +19,7 @@ from tunebench.results.charts import pareto
 from tunebench.results.compare import comparison as cmp
 from tunebench.results.compare import rules
 from tunebench.results.compare.reading import (
+    CompareInputError,
     load_csv,
     numeric_metrics,
     resolve_results_csv,
@@ -32,6 +33,7 @@ from tunebench.results.report import predictions as report_predictions
 from tunebench.results.report import projection as report_projection
 from tunebench.results.report import tune as report_tune
 from tunebench.results.report.html import CSS, img, omitted, table
+from tunebench.results.row_values import frame_problems
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ MEMORY_PANELS = (
     ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated (GiB)", GIB),
     ("scan_mem_peak_allocated", "scanner peak allocated (GiB)", GIB),
 )
+# A CPU run has no device allocator: its memory is the process's (the curve rather than "omitted").
+HOST_PEAK = "mem_peak_host_rss_bytes"
+HOST_MEMORY_PANELS = ((HOST_PEAK, "peak host RSS (GiB): a CPU run's memory", GIB),)
 TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan_time_optimizer", "scan_time_other")
 # Columns of the experiments table, in order; absent columns are left out.
 SUMMARY_COLUMNS = (
@@ -72,7 +77,8 @@ SUMMARY_COLUMNS = (
     ("loss_target_seconds", "s to target loss"),
     ("steady_mfu", "steady MFU"),
     ("steady_step_time_median", "median step"),
-    ("steady_step_time_cv", "step CV"),
+    # the spread the measurement warning and the terminal quote (1.4826 × MAD ÷ median), not the plain CV
+    ("steady_step_time_robust_cv", "step spread (robust CV)"),
     ("train_nonpad_tokens_per_second", "whole-run tokens/s"),
     ("mfu", "whole-run MFU"),
     ("mem_peak_torch_mem_alloc_in_bytes", "peak allocated"),
@@ -88,7 +94,7 @@ PADDING_COLUMNS = (
     ("scan_attention_backend", "attention kernel"),
     ("steady_step_time_median", "median step"),
     ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
-    ("steady_step_time_cv", "step CV"),
+    ("steady_step_time_robust_cv", "step spread (robust CV)"),
 )
 LABEL_KEYS = rules.DEFAULT_KEYS
 # Scaling/batch curves join points that share every one of these columns except those the x axis moves.
@@ -124,13 +130,24 @@ def _families(ok: pd.DataFrame, *moving: str) -> pd.Series:
     return rules.experiment_labels(ok, cols) if cols and len(ok) else pd.Series("all", index=ok.index)
 
 
+def _with_spread(columns: tuple, df: pd.DataFrame) -> list[tuple[str, str]]:
+    """`columns` present in `df`; a CSV from before the robust CV keeps its plain CV, said so in the header."""
+    plain = ("steady_step_time_cv", "step CV (plain: no robust CV in this CSV)")
+    return [(c, h) if c in df.columns else plain for c, h in columns
+            if c in df.columns or (c == "steady_step_time_robust_cv" and plain[0] in df.columns)]
+
+
 def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> str:
     """One row per experiment; a row with a measurement warning has its steady figures marked and the warning
-    printed right under its numbers."""
-    present = [(c, h) for c, h in SUMMARY_COLUMNS if c in df.columns]
+    printed right under its numbers (the one place the report prints it)."""
+    present = _with_spread(SUMMARY_COLUMNS, df)
     # A column empty in every row (MFU and CUDA peaks on a CPU run) only takes the labels' width: named instead.
     cols = [(c, h) for c, h in present if df[c].notna().any()]
     empty = [h for c, h in present if (c, h) not in cols]
+    if "scanner peak" in empty and HOST_PEAK in df.columns and df[HOST_PEAK].notna().any():
+        cols.insert(len(cols) - 2 if len(cols) > 2 else len(cols), (HOST_PEAK, "peak host RSS (CPU)"))
+        empty.append("scanner peak (a CPU run has no device allocator: its memory is the peak host RSS)")
+        empty.remove("scanner peak")
     rows = []
     for i, r in df.iterrows():
         cells = [rules.format_value(c, r[c]) or "–" for c, _ in cols]
@@ -158,7 +175,7 @@ def _failures_table(df: pd.DataFrame) -> str:
 
 def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
     """Padded and unpadded runs side by side: what padding costs, and which attention kernel each one got."""
-    cols = [(c, h) for c, h in PADDING_COLUMNS if c in df.columns]
+    cols = _with_spread(PADDING_COLUMNS, df)
     ok = df[df["_status"] == Status.OK]
     if "steady_padding_fraction" not in ok.columns or ok.empty:
         return omitted("no steady-state columns in this CSV")
@@ -170,9 +187,9 @@ def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
                                     for (c, _), text in zip(cols, cells, strict=True)]])
     note = ("<p>Same model and batch with and without padding (e.g. scenarios <code>full-finetuning</code> and "
             "<code>full-finetuning-padded</code>): a padding mask can move SDPA to a slower kernel, or make it "
-            "build a new kernel plan for every padded length (see the step CV).</p>")
+            "build a new kernel plan for every padded length (see the step spread).</p>")
     return note + table(["experiment", *[h for _, h in cols]], rows, numeric=set(range(1, len(cols) + 1)),
-                        cls="padding", notes=[warn.row_note(warnings[i]) for i in ok.index])
+                        cls="padding") + warn.elsewhere_note(warnings[ok.index])
 
 
 def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> str:
@@ -201,6 +218,21 @@ def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> str:
                      "</p>")
     notes.append(warn.chart_note(ok["_label"], warnings, plotted, "this chart"))
     return chart + "".join(notes)
+
+
+def _memory_panels(ok: pd.DataFrame) -> tuple:
+    """The device allocator's peaks where a row has them, else the host's (a CPU matrix)."""
+    device = any(c in ok.columns and ok[c].notna().any() for c, _, _ in MEMORY_PANELS)
+    return MEMORY_PANELS if device else HOST_MEMORY_PANELS
+
+
+def _pareto_section(ok: pd.DataFrame) -> str:
+    """The Pareto chart, its front's points numbered, and the numbers' labels in full beneath it."""
+    chart = _chart(pareto.pareto_chart, ok, ok["_label"], "Pareto front")
+    if not chart.startswith("<img"):
+        return chart
+    key = "; ".join(f"<b>{k}</b> {html.escape(label)}" for k, label in pareto.front_key(ok, ok["_label"]))
+    return chart + f'<p class="note">On the front, fastest first: {key}.</p>'
 
 
 def _environment(df: pd.DataFrame) -> str:
@@ -240,10 +272,10 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "<h2>Scaling with GPU count</h2>",
         _scaling_section(ok, warnings),
         "<h2>Memory vs effective batch size</h2>",
-        _chart(charts.curves_chart, ok, "effective_batch_size", MEMORY_PANELS,
+        _chart(charts.curves_chart, ok, "effective_batch_size", _memory_panels(ok),
                _families(ok, "effective_batch_size", "per_device_train_batch_size"), "Memory vs effective batch size"),
         "<h2>Pareto front: tokens/s against memory and energy</h2>",
-        _chart(pareto.pareto_chart, ok, ok["_label"], "Pareto front"),
+        _pareto_section(ok),
         report_acceleration.section(df, df["_label"], warnings),  # with its heading; none for older CSVs
         "<h2>Padding and attention kernels</h2>",
         _padding_section(df, warnings),
@@ -275,6 +307,9 @@ def write_report(
     """Render ``results`` (dir or CSV) to ``out`` (default ``<results dir>/report.html``); returns the path."""
     csv = resolve_results_csv(results)
     df = load_csv(csv, "results")
+    if problems := frame_problems(df, str(csv)):  # what a run never writes is named, not charted
+        raise CompareInputError(f"results {csv}: {len(problems)} cell(s) no run produces:\n" +
+                                "\n".join(f"  - {p}" for p in problems))
     ref = load_csv(resolve_results_csv(reference, "reference"), "reference") if reference is not None else None
     samples = (load_samples(reference)[0], load_samples(results)[0]) if reference is not None else (None, None)
     page = build_report(df, str(csv), ref, samples)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tunebench.results.compare.rules import plain_number
 from tunebench.results.report.html import warn_mark
 from tunebench.user_files import MAX_CSV_BYTES, size_problem
 
@@ -44,7 +45,8 @@ def section(results_csv: str | Path) -> str:
         return "<h2>Tune</h2><p>No point of the search ran to a measurement: no winner (see tune.csv).</p>"
     objective = next((c for c in table.columns if c.startswith("objective_")), None)
     value = pd.to_numeric(_cell(winner, objective) if objective else "", errors="coerce")
-    shown = f"{value:.6g} {objective.removeprefix('objective_')}" if pd.notna(value) else "no measurement"
+    shown = f"{plain_number(value, 6)} {objective.removeprefix('objective_')}" if pd.notna(value) else \
+        "no measurement"
     confidence = _cell(winner, "winner_confidence") or "confidence not recorded (a tune.csv from an older tunebench)"
     doubtful = confidence.startswith("unconfirmed") or bool(_cell(winner, "noise"))
     line = (f"<b>Winner of the tune search</b>: <code>{html.escape(_cell(winner, 'point'))}</code> "

@@ -66,3 +66,16 @@ def test_a_cuda_visible_devices_naming_no_gpu_is_one_clear_error(tmp_path, four_
     err = capsys.readouterr().err
     assert "CUDA_VISIBLE_DEVICES" in err and "out of range" in err and "nvidia-smi -L" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("device", ["cuda", "auto"])
+@pytest.mark.parametrize("value", ["", " ", "-1"])
+def test_a_cuda_visible_devices_hiding_every_gpu_is_named(tmp_path, four_gpus, monkeypatch, capsys, device, value):
+    """Issue AD: `CUDA_VISIBLE_DEVICES=` with --device cuda skipped every row with "this machine has 0", never
+    naming the variable the README says is refused."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    options = write_inputs(tmp_path, [tiny_scenario()])[:-2]
+    assert cli.main([*options, "--device", device, "--dry_run", "--results_output_path", str(tmp_path / "o")]) == 2
+    assert (f"  - environment: CUDA_VISIBLE_DEVICES: {value!r} names no GPU, so none of the 4 nvidia-smi lists may be "
+            "used (fix: unset it to use every GPU") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -284,3 +284,16 @@ def test_tune_ranks_points_for_the_gpu_it_projects_to_and_prunes_what_would_not_
     search._prune()
     states = [search.states[p] for p in points]
     assert states[0].state == "not run" and states[1].state == "pruned" and "on the dst" in states[1].reason
+
+
+def test_a_row_whose_phases_took_no_time_is_not_projected(tmp_path):
+    """A ZeroDivisionError before: every scan_time_* at 0 s (a hand-edited row) is a note, never a rate of 1/0."""
+    import tunebench
+    from tests.fixtures.projection import make_results
+
+    make_results(tmp_path / "m", **{f"scan_time_{p}": 0.0 for p in ("forward", "backward", "clip", "optimizer",
+                                                                     "other")})
+    row = tunebench.project(tunebench.ProjectionOptions(project_from=str(tmp_path / "m"), plan_device="NVIDIA H200",
+                                                        memory=False)).iloc[0]
+    assert row["proj_note"] == "not projected: its phase times (scan_time_*) add up to no time: no step was timed"
+    assert pd.isna(row.get("proj_steady_tokens_per_second"))

@@ -10,6 +10,7 @@ import io
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -58,7 +59,7 @@ def test_tables_show_the_csv_numbers(results_csv):
         "steady tokens/s per device",
         "steady MFU",
         "median step",
-        "step CV",
+        "step spread (robust CV)",
         "whole-run tokens/s",
         "whole-run MFU",
         "peak allocated",
@@ -91,7 +92,7 @@ def test_tables_show_the_csv_numbers(results_csv):
         "4,800.0",
         "24.00 %",
         "250.00 ms",
-        "1.00 %",
+        "2.00 %",  # the robust CV (the plain CV is 1 %)
         "4,000.0",
         "21.25 %",
         "3.00 GiB",
@@ -160,7 +161,7 @@ def test_missing_columns_are_omitted_with_a_reason(tmp_path):
     assert html_text.count("Omitted:") == 7  # + no steady-state columns (and so no Pareto front), no predictions
     assert "scan_mem_params" in html_text and "scan_time_forward" in html_text
     assert "all ok rows have num_gpus = 1" in html_text
-    assert "column effective_batch_size" in html_text
+    assert "Memory vs effective batch size: no ok row has effective_batch_size." in html_text
     assert page.tables["experiments"][0] == ["experiment", "status", "whole-run tokens/s"]
     assert page.tables["experiments"][1:] == [["bs=4", "ok", "4,000.0"], ["bs=8", "ok", "8,000.0"]]
     assert "No failed experiments." in html_text
@@ -224,3 +225,21 @@ def test_a_fit_map_beside_the_results_is_shown_as_a_batch_by_length_map(tmp_path
     assert "<th>1024 tokens</th><th>2048 tokens</th>" in page
     assert '<td>m · none · none · 1 GPU(s)</td><td class="num">22</td><td class="num">11</td>' in page
     assert '<td>n · gc · lora · 1 GPU(s)</td><td class="num">–</td><td class="num">–</td>' in page
+
+
+def test_a_cpu_run_shows_its_host_memory_where_the_device_peaks_are_empty(tmp_path):
+    """Issue AD: on CPU `scan_mem_peak_allocated` is empty and nothing pointed to the host's memory; the batch-size
+    section said "omitted" though effective_batch_size was filled. The experiments table shows the peak host RSS
+    (and says why the scanner peak is not shown), the memory-vs-batch curve plots it."""
+    cpu = {"device_type": "cpu", "scan_mem_peak_allocated": np.nan, "mem_peak_torch_mem_alloc_in_bytes": np.nan,
+           "mem_peak_torch_max_allocated_bytes": np.nan}
+    rows = [run_row(1, bs, **cpu, mem_peak_host_rss_bytes=bs * 2**28, effective_batch_size=bs) for bs in (4, 8)]
+    path = tmp_path / "cpu.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    html_text = report.write_report(path, tmp_path / "r.html").read_text()
+    page = parse(html_text)
+    header = page.tables["experiments"][0]
+    assert "peak host RSS (CPU)" in header and "scanner peak" not in header
+    assert page.tables["experiments"][1][header.index("peak host RSS (CPU)")] == "1.00 GiB"
+    assert ("scanner peak (a CPU run has no device allocator: its memory is the peak host RSS)") in html_text
+    assert "Memory vs effective batch size: " not in html_text  # charted, not omitted

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tests.fixtures.report import run_row
-from tunebench.results.charts.pareto import THROUGHPUT, pareto_figure
+from tunebench.results.charts.pareto import THROUGHPUT, front_key, pareto_figure
 from tunebench.results.report import page as report
 from tunebench.tuning import output, prune
 from tunebench.tuning.options import TuneOptions
@@ -41,7 +41,7 @@ def _tune_folder(tmp_path, confirm: dict):
 def test_the_report_of_a_tune_folder_names_the_winner_and_its_confidence(tmp_path):
     outcome, page = _tune_folder(tmp_path, {})
     label = outcome.winner.point.label
-    assert (f"<b>Winner of the tune search</b>: <code>{label}</code> (confirmed): 8000 tokens/s. "
+    assert (f"<b>Winner of the tune search</b>: <code>{label}</code> (confirmed): 8,000 tokens/s. "
             "the only leader within the tolerance after screening.") in page
     assert page.index("Winner of the tune search") < page.index("<h2>Experiments</h2>")
 
@@ -50,7 +50,7 @@ def test_a_noisy_winner_is_flagged_in_the_report(tmp_path):
     outcome, page = _tune_folder(tmp_path, {"steady_step_time_ci_pct": 29.7})
     assert outcome.winner.state == "noisy"
     assert '<p class="warn-summary"><span class="warn-mark"' in page
-    assert ("(noisy): 8000 tokens/s. unconfirmed: its confirming run was noisy (95 % interval ±29.7 % beyond the "
+    assert ("(noisy): 8,000 tokens/s. unconfirmed: its confirming run was noisy (95 % interval ±29.7 % beyond the "
             "confirm target ±1 %); run tune again on a quiet machine.") in page
 
 
@@ -86,20 +86,30 @@ def labels_outside(fig) -> list[str]:
 
 
 def test_pareto_labels_stay_inside_their_axes():
+    """Issue AD: tune's labels (`tune-confirm-lora16-gc-mb32x1-...`) were cut to fit the axes. Each front point is
+    numbered on the chart, whole, and the page lists every number's label in full."""
     ok, labels = _front_at_the_edges()
     fig = pareto_figure(ok, labels)
     notes = [n for axis in fig.axes for n in axis.texts]
     assert len(notes) == 12 and all(n.get_visible() for n in notes)  # both panels, every front point labelled
+    assert sorted({n.get_text() for n in notes}) == ["1", "2", "3", "4", "5", "6"]  # numbers, never shortened
     assert labels_outside(fig) == []
+    assert front_key(ok, labels) == [(k, labels[i]) for k, i in enumerate(reversed(ok.index), start=1)]
+    ok["_label"], ok["_status"] = labels, "ok"
+    page = report._pareto_section(ok)
+    assert f"<b>1</b> {labels[ok.index[-1]]}; <b>2</b> {labels[ok.index[-2]]}" in page
 
 
 def test_the_label_check_finds_a_label_past_the_axes():
-    """The check above can fail: labelled to the upper right as before, the top-right point's label leaves."""
+    """The check above can fail: labelled in full to the upper right as before, the top-right point's label
+    leaves."""
     ok, labels = _front_at_the_edges()
     fig = pareto_figure(ok, labels)
+    full = dict((str(k), label) for k, label in front_key(ok, labels))
     for axis in fig.axes:
         for note in axis.texts:
+            note.set_text(full[note.get_text()])
             note.set_position((4, 4))
             note.set_horizontalalignment("left")
             note.set_verticalalignment("bottom")
-    assert labels[ok.index[-1]][:40] in labels_outside(fig)
+    assert labels[ok.index[-1]] in labels_outside(fig)  # the fastest, top right
