@@ -153,20 +153,8 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
     ratio, host_text = host_ratio(source, target)
     single, replay_text, elasticity = step_on_target(rows, measured, times, src, dst, ratio)
     phases = ranks.rank_phases(single.phase_time, parallelism or "", n, measured_on)
-    step, comm_note, comm_bytes, exposed = sum(phases.values()), "", 0.0, 0.0
-    if n > 1:
-        exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism)
-    if measured_on > 1 and exposed is not None:
-        measured_comm, _, measured_note = _communication(row, source, measured_on, own)
-        exposed = None if measured_comm is None else exposed - measured_comm
-        comm_note = measured_note if measured_comm is None else (
-            f"; the {measured_on}-GPU step less its own modelled collectives ({measured_comm * 1e3:.1f} ms)"
-            + comm_note)
-    if exposed is None and _same_collectives(source, target, measured_on, n):
-        # collectives the model cannot say (FSDP over a quantized base) are in the measured step as they will be
-        # on the target: the same count over the same link keeps them as measured (self-projection included)
-        exposed, comm_note = 0.0, (f"; {n}× {parallelism} over the link it was measured on: its collectives kept "
-                                   f"as measured ({comm_note.lstrip('; ')})")
+    step = sum(phases.values())
+    exposed, comm_bytes, comm_note = _exposed_communication(row, source, target, measured_on, n, own, parallelism)
     if exposed is None:
         return {**out, "proj_note": f"not projected: {comm_note.lstrip('; ')}"}
     step += exposed
@@ -185,6 +173,27 @@ def project_one(row: Any, folder: Path | None, table: GpuTable, target: Gpu, n: 
                         f"steady median {measured.step_time:.4f} s: {replay_text}"
                         f"{clamped}{comm_note}{_sharded_from_one(measured_on, n, parallelism)}")
     return out
+
+
+def _exposed_communication(row: Any, source: Gpu, target: Gpu, measured_on: int, n: int, own: str,
+                           parallelism: str | None) -> tuple[float | None, float, str]:
+    """(collective time the target adds to the step, its bytes, the note): on `n` GPUs less what the measured
+    step on `measured_on` already holds; None where the model cannot say it."""
+    comm_note, comm_bytes, exposed = "", 0.0, 0.0
+    if n > 1:
+        exposed, comm_bytes, comm_note = _communication(row, target, n, parallelism)
+    if measured_on > 1 and exposed is not None:
+        measured_comm, _, measured_note = _communication(row, source, measured_on, own)
+        exposed = None if measured_comm is None else exposed - measured_comm
+        comm_note = measured_note if measured_comm is None else (
+            f"; the {measured_on}-GPU step less its own modelled collectives ({measured_comm * 1e3:.1f} ms)"
+            + comm_note)
+    if exposed is None and _same_collectives(source, target, measured_on, n):
+        # collectives the model cannot say (FSDP over a quantized base) are in the measured step as they will be
+        # on the target: the same count over the same link keeps them as measured (self-projection included)
+        exposed, comm_note = 0.0, (f"; {n}× {parallelism} over the link it was measured on: its collectives kept "
+                                   f"as measured ({comm_note.lstrip('; ')})")
+    return exposed, comm_bytes, comm_note
 
 
 def _same_collectives(source: Gpu, target: Gpu, measured_on: int, n: int) -> bool:

@@ -74,7 +74,8 @@ def test_a_row_measured_on_n_gpus_projects_to_m_of_its_own_parallelism(fsdp, own
     # measured on 2 GPUs: tokens of both ranks in the row's rate
     row = measured_row("x", kernel_rows(), model_name_or_path="preset:llama-tiny", num_gpus=2, fsdp=fsdp,
                        fsdp_config=config, steady_tokens_per_second=2 * 8192 / 5.9e-3,
-                       steady_nonpad_tokens_per_second=2 * 8192 / 5.9e-3)
+                       steady_nonpad_tokens_per_second=2 * 8192 / 5.9e-3, total_parameters=100_000_000,
+                       trainable_parameters=100_000_000)  # collectives shorter than the step (a step can hold them)
     same = project_one(row, None, table, h100)  # its own GPU kind and count: the measurement
     assert (same["proj_num_gpus"], same["proj_parallelism"], same["proj_source_parallelism"]) == (2, own, own)
     assert same["proj_steady_tokens_per_second"] == pytest.approx(row["steady_tokens_per_second"], rel=1e-9)
@@ -82,7 +83,7 @@ def test_a_row_measured_on_n_gpus_projects_to_m_of_its_own_parallelism(fsdp, own
     link = ranks.Link(329e9, 8e-6)
 
     def comm(n: int) -> float:
-        return ranks.exposed(ranks.collectives(own, n, 2e9, 2e9, 2, 1), n, link)
+        return ranks.exposed(ranks.collectives(own, n, 2e8, 2e8, 2, 1), n, link)
 
     # the 2-GPU step less its modelled collectives on 2, plus those on 4; FSDP's optimizer step and clip ÷ 2 more
     sharded = (same["proj_time_optimizer"] + same["proj_time_clip"]) * (2 / 4 - 1) if own == "fsdp2" else 0.0
