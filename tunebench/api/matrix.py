@@ -115,9 +115,10 @@ class MatrixInputs:
     gpu_slots: list = field(default_factory=list)  # the CUDA_VISIBLE_DEVICES entry a child gets for each of gpus
 
     @classmethod
-    def load(cls, options: MatrixOptions, problems: list[InputProblem]) -> MatrixInputs:
-        """Ask nvidia-smi (unless the device is the CPU) and read the shared files; problems are appended."""
-        gpus, slots = _usable_gpus(problems) if options.device in (Device.AUTO, Device.CUDA) else ([], [])
+    def load(cls, options: MatrixOptions, problems: list[InputProblem], runs_here: bool = True) -> MatrixInputs:
+        """Ask nvidia-smi (unless the device is the CPU) and read the shared files; problems are appended. A matrix
+        that only plans (`runs_here` False) may hide every GPU: nothing will use them."""
+        gpus, slots = _usable_gpus(problems, runs_here) if options.device in (Device.AUTO, Device.CUDA) else ([], [])
         configs = load_framework_configs(options.framework_configs, problems)
         configs.update(fms_framework_configs(options.fms_configs or {}, configs, problems))
         return cls(resolve_device(options.device, gpus), gpus, load_defaults(options.defaults, problems), configs,
@@ -125,7 +126,7 @@ class MatrixInputs:
                    slots)
 
 
-def _usable_gpus(problems: list[InputProblem]) -> tuple[list, list]:
+def _usable_gpus(problems: list[InputProblem], runs_here: bool = True) -> tuple[list, list]:
     """nvidia-smi's GPUs as far as the CUDA_VISIBLE_DEVICES this harness was started with allows."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     listed = query_gpus()
@@ -135,7 +136,8 @@ def _usable_gpus(problems: list[InputProblem]) -> tuple[list, list]:
         problems.append(InputProblem("environment", "CUDA_VISIBLE_DEVICES", str(exc),
                                      "name the GPUs to use as `nvidia-smi -L` lists them, or unset it to use all"))
         return [], []
-    if listed and not gpus:  # `CUDA_VISIBLE_DEVICES=` (or -1) hides every GPU: said, not "this machine has 0"
+    # `CUDA_VISIBLE_DEVICES=` (or -1) hides every GPU: said, not "this machine has 0" (a plan uses none)
+    if listed and not gpus and runs_here:
         problems.append(InputProblem("environment", "CUDA_VISIBLE_DEVICES", f"{visible!r} names no GPU, so none of "
                                      f"the {len(listed)} nvidia-smi lists may be used",
                                      "unset it to use every GPU, name those to use (e.g. CUDA_VISIBLE_DEVICES=0,1), "
@@ -197,11 +199,13 @@ def resolve_device(device: str, gpus: list) -> str:
 
 
 def build(options: MatrixOptions, problems: list[InputProblem] | None = None, inputs: MatrixInputs | None = None,
-          scenario_file: ScenarioFile | None = None, scenarios_source: str | None = None) -> Matrix:
+          scenario_file: ScenarioFile | None = None, scenarios_source: str | None = None,
+          runs_here: bool = True) -> Matrix:
     """Load (what `inputs` and `scenario_file` do not already hold), expand and validate; raises InputError with
-    every problem found (`problems`: a caller's own, such as the command line's, reported together with these)."""
+    every problem found (`problems`: a caller's own, such as the command line's, reported together with these).
+    `runs_here` False: a matrix only planned (`benchmark.py plan`), which needs no usable GPU."""
     problems = list(problems or [])
-    inputs = inputs or MatrixInputs.load(options, problems)
+    inputs = inputs or MatrixInputs.load(options, problems, runs_here)
     given = (scenario_file, scenarios_source) if scenario_file is not None else (None, None)
     if scenario_file is None:
         scenarios_source = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"

@@ -99,4 +99,4 @@ def read_command_line(options: argparse.Namespace, planning_only: bool = False) 
     problems += [p for p in in_cli_words(settings.problems(), (RunSettings, "RunSettings")) if p.key not in named]
     # the plugins named load, and a missing optional dependency is an input error, before anything runs
     problems += executor_problems(settings)
-    return build(matrix_settings, problems), settings
+    return build(matrix_settings, problems, runs_here=not planning_only), settings

@@ -99,7 +99,8 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
         to_fake(model)
         mark_outlier_columns(model, shape.int8_outliers)
         if sharded:
-            model = shard(model, shape.fsdp, mesh, "bf16" if shape.autocast_bf16 else "no")
+            precision = "fp16" if shape.autocast_fp16 else "bf16" if shape.autocast_bf16 else "no"  # as accelerate
+            model = shard(model, shape.fsdp, mesh, precision)
         trainable = [p for p in model.parameters() if p.requires_grad]
         # sharded: the warm-up step makes the state, after FSDP's set-up on its first forward (FSDP1's flat
         # parameters are float32 only from then on, and so is the state made over them)

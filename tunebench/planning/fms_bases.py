@@ -9,7 +9,9 @@ loader as the packed buffers it holds and the fp16 weight its kernel dequantizes
   Its forward and backward each dequantize the whole weight into a new fp16 [in, out] tensor (the Triton launcher's
   one allocation), multiply, and drop it; only the packed buffers are saved for backward. PEFT's LoRA wraps it as
   fms's GPTQ LoRA layer does (the base's output plus B·A·x). The rest of the model stays in the weights' dtype:
-  PEFT's k-bit preparation upcasts nothing for GPTQ, and a tied output head stays tied.
+  PEFT's k-bit preparation upcasts nothing for GPTQ, and a tied output head stays tied. Under FSDP on several GPUs
+  fms's loader turns qweight and qzeros into frozen parameters viewed as the model's dtype (its
+  register_tensors_as_parameters_patch_rule), so FSDP shards them; scales and g_idx stay buffers, whole on each rank.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class GptqPlan:
     group_size: int = 128
     layers_node: str = "model.layers"
     layer_modules: tuple = ()  # flattened suffixes
+    sharded: bool = False  # under FSDP on several GPUs: qweight and qzeros as frozen float16 parameters FSDP shards
 
     def quantizes(self, name: str) -> bool:
         return name.startswith(self.layers_node + ".") and any(name.endswith(s) for s in self.layer_modules)
@@ -65,14 +68,16 @@ def bnb_quantization(model: Mapping[str, Any] | Any, dtype: str, sharded: bool) 
                         storage=compute if sharded else "uint8")
 
 
-def gptq_plan(model: Mapping[str, Any] | Any, model_type: str | None) -> GptqPlan | None:
+def gptq_plan(model: Mapping[str, Any] | Any, model_type: str | None, sharded: bool = False) -> GptqPlan | None:
     """The GPTQ base of an experiment's fms setting (None without one): 4 bits in groups of 128 (tunebench's own
-    checkpoints; a local checkpoint's quantize_config.json otherwise), the linears of fms's model definition."""
+    checkpoints; a local checkpoint's quantize_config.json otherwise), the linears of fms's model definition;
+    `sharded`: FSDP on several GPUs."""
     plugins = plugins_of_model(model)
     if plugins.base != "gptq":
         return None
     layers_node, modules = definition(model_type or "llama")
-    return GptqPlan(layers_node=layers_node, layer_modules=tuple(m for group in modules for m in group))
+    return GptqPlan(layers_node=layers_node, layer_modules=tuple(m for group in modules for m in group),
+                    sharded=sharded)
 
 
 @functools.lru_cache(maxsize=16)
@@ -121,9 +126,22 @@ def replace_with_gptq(model, plan: GptqPlan) -> int:
         old = model.get_submodule(name)
         setattr(model.get_submodule(parent), child, gptq_linear_class()(old.in_features, old.out_features, plan,
                                                                          old.bias is not None, old.weight.device))
+    if plan.sharded:
+        _untie_output_head(model)
     model.is_loaded_in_4bit = True  # what fms's loader sets (PEFT and the Trainer read it)
     model.quantization_method = "gptq"
     return len(names)
+
+
+def _untie_output_head(model) -> None:
+    """Under FSDP fms's GPTQ loader loads with low_cpu_mem_usage, which leaves a tied output head its own tensor (an
+    H200's 1B rank at 2 GPUs held one more half vocabulary × hidden parameter than its NF4 twin, and one whole
+    gathered: 787 MB); the plan holds that copy too."""
+    import torch
+
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embeddings is not None and head.weight is embeddings.weight:
+        head.weight = torch.nn.Parameter(torch.empty_like(embeddings.weight), requires_grad=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,15 +172,21 @@ def gptq_linear_class():
             group = plan.group_size if 0 < plan.group_size <= in_features else in_features
             groups = -(-in_features // group)
             with torch.device(device):
-                self.register_buffer("qweight", torch.empty(in_features * plan.bits // 32, out_features,
-                                                            dtype=torch.int32))
-                self.register_buffer("qzeros", torch.empty(groups, out_features * plan.bits // 32, dtype=torch.int32))
+                packed = {"qweight": torch.empty(in_features * plan.bits // 32, out_features, dtype=torch.int32),
+                          "qzeros": torch.empty(groups, out_features * plan.bits // 32, dtype=torch.int32)}
+                for name, tensor in packed.items():
+                    if plan.sharded:  # fms's FSDP patch: the int32 words viewed as float16, a frozen parameter
+                        self.register_parameter(name, torch.nn.Parameter(tensor.view(torch.float16),
+                                                                         requires_grad=False))
+                    else:
+                        self.register_buffer(name, tensor)
                 self.register_buffer("scales", torch.empty(groups, out_features, dtype=torch.float16))
                 self.register_buffer("g_idx", torch.empty(in_features, dtype=torch.int32))
                 self.register_buffer("bias", torch.empty(out_features, dtype=torch.float16) if bias else None)
 
         def forward(self, x):
-            out = GptqMatmul.apply(x.reshape(-1, x.shape[-1]), self.qweight, self.scales, self.qzeros, self.g_idx)
+            qweight, qzeros = (t.view(torch.int32) for t in (self.qweight, self.qzeros))  # as fms's patched forward
+            out = GptqMatmul.apply(x.reshape(-1, x.shape[-1]), qweight, self.scales, qzeros, self.g_idx)
             out = out.half().reshape(*x.shape[:-1], self.out_features)
             return out + self.bias if self.bias is not None else out
 

@@ -80,7 +80,7 @@ def shape_and_sharding(spec: ExperimentSpec) -> tuple[StepShape, Sharding]:
         attn_implementation=model.attn_implementation,
         optimizer=_optimizer_kind(getattr(optim, "value", str(optim))),
         quantization=quantization if quantization.enabled else None,
-        gptq=gptq_plan(model, _model_type(model.model_name_or_path)),
+        gptq=gptq_plan(model, _model_type(model.model_name_or_path), sharded=fsdp),
         # FSDP runs in the fake step itself (planning.sharded_step)
         fsdp=fsdp_setting, world=spec.num_gpus if fsdp else 1,
         last_bit=bool(spec.value("bench", "loss_band_seed")) and spec.value("bench", "loss_band_kind") == "last_bit",

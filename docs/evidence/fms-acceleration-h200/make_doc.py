@@ -19,13 +19,14 @@ GIB = 2**30
 
 
 def measured() -> pd.DataFrame:
-    frames = [pd.read_csv(HERE / name) for name in ("one-gpu-raw_summary.csv", "two-gpus-raw_summary.csv")]
+    frames = [pd.read_csv(HERE / name) for name in ("one-gpu-raw_summary.csv", "two-gpus-raw_summary.csv",
+                                                     "two-gpus-gptq-raw_summary.csv")]
     return pd.concat(frames, ignore_index=True)
 
 
 def planned() -> pd.DataFrame:
     frames = [pd.read_csv(path) for path in sorted(HERE.glob("plan-*/plan.csv"))]
-    keys = ["framework_config", "model_name_or_path", "num_gpus", "pred_mem_peak", "pred_note"]
+    keys = ["scenario", "framework_config", "model_name_or_path", "num_gpus", "pred_mem_peak", "pred_note"]
     return pd.concat(frames, ignore_index=True)[keys] if frames else pd.DataFrame(columns=keys)
 
 
@@ -49,7 +50,8 @@ def rows_table(frame: pd.DataFrame) -> str:
             parity = f"{100 * row['loss_parity_max_rel_diff']:.3f} % ({verdict})"
         status = row["status"] if ok else f"{row['status']}: {str(row.get('error_messages'))[:70]}"
         lines.append(
-            f"| {row['num_gpus']} | {row['model_name_or_path'].removeprefix('preset:')} | {row['framework_config']} | "
+            f"| {row['num_gpus']} | {row['model_name_or_path'].removeprefix('preset:')} | {row['framework_config']}"
+            f"{' · adamw_torch' if row.get('optim') == 'adamw_torch' else ''} | "
             f"{status} | {_num(row, 'steady_nonpad_tokens_per_second_per_device')} | "
             f"{_num(row, 'train_tokens_per_second_per_device')} | {_num(row, 'steady_step_time_robust_cv', 100, 2)} | "
             f"{_gib(peak) if ok else ''} | {_gib(plan)} | {error} | {parity} |")
@@ -79,6 +81,11 @@ def ratios_table(frame: pd.DataFrame, reference: pd.DataFrame) -> str:
                                                        if model == "ref" else (source.model_name_or_path == model))]
             if model == "ref":
                 pick = pick[pick.per_device_train_batch_size == 4 // gpus]
+            if model != "ref" and gpus == 2 and (pick.framework_config == config).any():
+                # a row's baseline ran in its own scenario (the GPTQ rows and theirs with adamw_torch)
+                ok_rows = pick[(pick.framework_config == config) & (pick.status == "ok")]
+                scenario = (ok_rows if not ok_rows.empty else pick[pick.framework_config == config]).scenario.iloc[0]
+                pick = pick[pick.scenario == scenario]
             value = pick[pick.framework_config == config][column]
             base = pick[pick.framework_config == "baseline-peft-bnb"][column]
             ok = not value.empty and not base.empty and pd.notna(value.iloc[0]) and pd.notna(base.iloc[0])
@@ -94,9 +101,9 @@ def main() -> None:
     plans = planned()
     if not plans.empty:
         frame = frame.drop(columns=[c for c in ("pred_mem_peak", "pred_note") if c in frame.columns]).merge(
-            plans, on=["framework_config", "model_name_or_path", "num_gpus"], how="left")
+            plans, on=["scenario", "framework_config", "model_name_or_path", "num_gpus"], how="left")
     frame["order"] = frame.framework_config.map(CONFIGS.index) + 10 * frame.model_name_or_path.map(MODELS.index)
-    frame = frame.sort_values(["num_gpus", "order"])
+    frame = frame.sort_values(["num_gpus", "scenario", "order"])
     reference = load_csv(REPO / "refs" / "fms" / "a100_80gb.csv", "reference")
     print(rows_table(frame))
     print()

@@ -29,7 +29,9 @@ def differences(reference: dict, other: dict, columns_of_other_only: bool = Fals
         if a is None or b is None:
             found.append(f"{key}: only in {'the other' if a is None else 'the reference'}")
             continue
-        columns = [c for c in b if c.startswith("pred_")] if columns_of_other_only else sorted(set(a) | set(b))
+        # a run's pred_error_* compare its plan with its own measurement: no plan holds them
+        columns = [c for c in b if c.startswith("pred_") and c in a] if columns_of_other_only \
+            else sorted(set(a) | set(b))
         found += [f"{key} {c}: {a.get(c)!r} != {b.get(c)!r}" for c in columns
                   if c not in TIMING and a.get(c, "") != b.get(c, "")]
     return found

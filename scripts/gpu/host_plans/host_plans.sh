@@ -36,5 +36,8 @@ case $step in
       | tee "$out/compare-run.txt"
     python3 "$here/peaks.py" "$here/cpu_plan.csv" "$out/runs/raw_summary.csv" > "$out/peaks.md"
     find "$out/runs" -name trainer_output -prune -exec rm -rf {} +
+    # the device tool brings back a bounded number of files: the CSVs as they are, the experiment folders packed
+    cp "$out/runs/raw_summary.csv" "$out/runs-raw_summary.csv"
+    tar czf "$out/runs-experiments.tar.gz" -C "$out/runs" --exclude='*.pt' . && rm -rf "$out/runs"
     ;;
 esac

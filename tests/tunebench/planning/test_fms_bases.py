@@ -54,6 +54,44 @@ def test_gptq_buffers_have_the_packed_sizes():
     assert GptqPlan(layer_modules=("q_proj",)).quantizes("model.layers.3.self_attn.q_proj")
 
 
+def test_gptq_under_fsdp_holds_qweight_and_qzeros_as_frozen_float16_parameters():
+    """fms's loader under FSDP on several GPUs views qweight and qzeros as float16 parameters (FSDP shards
+    parameters, not buffers); scales and g_idx stay buffers. The H200's 7B GPTQ rank at 2 GPUs held 16 MiB more than
+    its NF4 twin, not the 3.4 GiB of whole packed buffers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tunebench.experiment.models import load_config
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(load_config("preset:llama-small"), dtype=torch.float16)
+    replace_with_gptq(model, gptq_plan({"fms_plugins": GPTQ}, "llama", sharded=True))
+    q = model.model.layers[0].self_attn.q_proj
+    assert {n: (tuple(p.shape), p.dtype, p.requires_grad) for n, p in q.named_parameters()} == {
+        "qweight": ((32, 512), torch.float16, False), "qzeros": ((2, 64), torch.float16, False)}
+    assert sorted(n for n, _ in q.named_buffers()) == ["g_idx", "scales"]
+    assert tuple(q(torch.empty(3, 256, device="meta", dtype=torch.float16)).shape) == (3, 256)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_gptq_under_fsdp_unties_the_output_head(sharded):
+    """The 1B's GPTQ rank at 2 GPUs counted 131.4 M more parameters than its NF4 twin (387.0 M against 255.6 M
+    expected tied): half of an untied vocabulary × hidden head. At 1 GPU the head stays tied (the plan was exact)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tunebench.experiment.models import load_config
+
+    config = load_config("preset:llama-small")
+    config.tie_word_embeddings = True
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    replace_with_gptq(model, gptq_plan({"fms_plugins": GPTQ}, "llama", sharded=sharded))
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) is not sharded
+    assert model.lm_head.weight.shape == model.model.embed_tokens.weight.shape
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not installed("fms_acceleration_peft"), reason="fms-acceleration-peft is not installed")
 def test_plans_meet_the_h200_peaks():

@@ -79,3 +79,25 @@ def test_a_cuda_visible_devices_hiding_every_gpu_is_named(tmp_path, four_gpus, m
     assert (f"  - environment: CUDA_VISIBLE_DEVICES: {value!r} names no GPU, so none of the 4 nvidia-smi lists may be "
             "used (fix: unset it to use every GPU") in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["", "-1"])
+def test_a_plan_on_a_gpu_host_with_every_gpu_hidden_plans_as_the_cpu_host_does(tmp_path, four_gpus, monkeypatch,
+                                                                              capsys, value):
+    """`benchmark.py plan` uses no GPU: CUDA_VISIBLE_DEVICES hiding them all (issue AB's check that the device is not
+    what makes a GPU host's plan differ) plans the named GPU, byte for byte what a host without GPUs plans."""
+    options = write_inputs(tmp_path, [tiny_scenario()])[:-2]
+    plan = ["plan", *options, "--plan_device", "NVIDIA H100 80GB HBM3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert cli.main([*plan, "--results_output_path", str(tmp_path / "hidden")]) == 0
+    assert "CUDA_VISIBLE_DEVICES" not in capsys.readouterr().err
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: a host without GPUs
+    assert cli.main([*plan, "--results_output_path", str(tmp_path / "none")]) == 0
+    hidden, none = ((tmp_path / name / "plan.csv").read_text().splitlines() for name in ("hidden", "none"))
+    drop = hidden[0].split(",").index("pred_seconds")  # the planning's own wall time
+
+    def values(lines):
+        return [[cell for i, cell in enumerate(line.split(",")) if i != drop] for line in lines]
+
+    assert len(hidden) == 2 and values(hidden) == values(none)
