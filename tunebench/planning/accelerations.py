@@ -58,7 +58,8 @@ def notes(spec: ExperimentSpec, shape, model_type: str | None) -> tuple[list[str
     if mode and shape.compile_mode:
         text = (f"torch.compile ({mode}): AOTAutograd's min-cut partition and inductor's memory plan on fake tensors"
                 + (", scheduled by Triton's rules" if spec.device_type == "cuda" else "") + "; the causal mask kept "
-                "under dynamo (torch <= 2.12), a stack that drops it keeps less")
+                "under dynamo (torch <= 2.12), a stack that drops it keeps less; the bound adds what the eager step "
+                "saves in layer classes no GPU run verified compiled")
         if mode.startswith("max-autotune"):
             text += (f"; {mode}'s matmul templates not planned (the default plan); its step 1 autotunes each graph "
                      "when first called: the peak is the larger of the step's and step 1's (each graph's entry "
@@ -105,9 +106,11 @@ def fms_notes(spec: ExperimentSpec, modelled: list[str], not_modelled: list[str]
         not_modelled.append("foak's fused kernels (planned without them: an upper bound, they only remove tensors)")
 
 
-def bound_extra(peak: int, mode: str | None) -> int:
+def bound_extra(peak: int, mode: str | None, unverified: int = 0) -> int:
     """Bytes a compiled row's peak bound adds to the eager calibration: the largest under-prediction measured for
-    compiled steps, and for a mode that autotunes the largest measured under-prediction of its step 1."""
+    compiled steps (and for a mode that autotunes, the largest measured under-prediction of its step 1) on the
+    layer classes those runs verified, plus what the eager step saves in the classes they did not (`unverified`,
+    planning.compile_bounds: no margin is sound for a fusion nobody measured)."""
     if not mode:
         return 0
-    return int(peak * (COMPILE_UNDER + (AUTOTUNE_UNDER if mode.startswith("max-autotune") else 0)))
+    return int(peak * (COMPILE_UNDER + (AUTOTUNE_UNDER if mode.startswith("max-autotune") else 0))) + unverified
