@@ -7,7 +7,8 @@ modelled, and how much wider its bound is where a setting's figure is not exact.
     templates are not planned (their fused epilogues can only remove buffers). A max-autotune run's peak is step
     1's autotuning, planned too (compiled_step.step1_autotune): each graph's entry as step 1 holds it plus its
     costliest matmul's benchmark inputs, output and decompose-K partial sums;
-  * Liger: its kernels' own allocations (planning.liger_kernels), for the model types Liger patches the llama way;
+  * Liger: its kernels' own allocations (planning.liger_kernels), on the layers Liger's own apply function of the
+    model type replaces (planning.liger_patches);
   * flex attention: the compiled kernels' outputs and saved tensors (planning.kernel_ops).
 """
 
@@ -51,14 +52,14 @@ def shape_fields(spec: ExperimentSpec, quantized: bool) -> dict:
 
 def notes(spec: ExperimentSpec, shape, model_type: str | None) -> tuple[list[str], list[str]]:
     """(how the settings were modelled, what of them was not), for pred_note."""
-    from tunebench.planning import liger_kernels
 
     modelled, not_modelled = [], []
     mode = compile_mode(spec)
     if mode and shape.compile_mode:
         text = (f"torch.compile ({mode}): AOTAutograd's min-cut partition and inductor's memory plan on fake tensors"
                 + (", scheduled by Triton's rules" if spec.device_type == "cuda" else "") + "; the causal mask kept "
-                "under dynamo (torch <= 2.12), a stack that drops it keeps less")
+                "under dynamo (torch <= 2.12), a stack that drops it keeps less; the bound adds what the eager step "
+                "saves in layer classes no GPU run verified compiled")
         if mode.startswith("max-autotune"):
             text += (f"; {mode}'s matmul templates not planned (the default plan); its step 1 autotunes each graph "
                      "when first called: the peak is the larger of the step's and step 1's (each graph's entry "
@@ -70,21 +71,34 @@ def notes(spec: ExperimentSpec, shape, model_type: str | None) -> tuple[list[str
     elif mode:
         not_modelled.append("torch.compile over a quantized base (planned eagerly)")
     if liger_on(spec):
-        if liger_kernels.modelled(model_type):
-            flce = ("its fused linear cross-entropy" if liger_kernels.fused_linear_cross_entropy_applied() else
-                    "the model's own loss (TRL turns Liger's fused linear cross-entropy off: logits materialised)")
-            modelled.append(f"Liger {liger_kernels.LIGER_VERSION}'s RMSNorm, RoPE and SwiGLU as they allocate, "
-                            f"and {flce}")
-            if mode:
-                not_modelled.append("Liger's kernels under torch.compile (planned as compile's plan of the stand-ins)")
-        else:
-            not_modelled.append(f"Liger's kernels for model type {model_type!r} (planned without them: an upper "
-                                "bound, Liger only removes tensors)")
+        liger_notes(model_type, bool(mode), modelled, not_modelled)
     fms_notes(spec, modelled, not_modelled)
     if spec.value("model", "attn_implementation") == "flex_attention" and spec.device_type == "cuda":
         modelled.append("flex attention: its compiled kernels' output, log-sum-exp and block mask saved, its "
                         "backward's float32 delta")
     return modelled, not_modelled
+
+
+def liger_notes(model_type: str | None, compiled: bool, modelled: list[str], not_modelled: list[str]) -> None:
+    """Liger's patches of the type as planned (planning.liger_patches), and those without a stand-in."""
+    from tunebench.planning import liger_kernels, liger_patches
+
+    patches = liger_kernels.type_patches(model_type)
+    kinds = list(dict.fromkeys(p.kind.replace("_", " ") for p in patches if p.kind in liger_kernels.MODELLED))
+    others = list(dict.fromkeys(p.liger for p in patches if p.kind not in liger_kernels.MODELLED))
+    if not kinds:
+        why = "Liger does not patch it" if liger_patches.supported_types() else "liger-kernel is not installed here"
+        not_modelled.append(f"Liger's kernels for model type {model_type!r} ({why}: planned without them, an upper "
+                            "bound, Liger only removes tensors)")
+        return
+    flce = ("its fused linear cross-entropy" if liger_kernels.fused_linear_cross_entropy_applied() else
+            "the model's own loss (TRL turns Liger's fused linear cross-entropy off: logits materialised)")
+    modelled.append(f"Liger {liger_kernels.LIGER_VERSION}'s patches of {model_type!r} read from Liger "
+                    f"({', '.join(kinds)}) as they allocate, and {flce}")
+    if others:
+        not_modelled.append(f"Liger's {', '.join(others)} (planned as the model's own layers: an upper bound)")
+    if compiled:
+        not_modelled.append("Liger's kernels under torch.compile (planned as compile's plan of the stand-ins)")
 
 
 def fms_notes(spec: ExperimentSpec, modelled: list[str], not_modelled: list[str]) -> None:
@@ -105,9 +119,11 @@ def fms_notes(spec: ExperimentSpec, modelled: list[str], not_modelled: list[str]
         not_modelled.append("foak's fused kernels (planned without them: an upper bound, they only remove tensors)")
 
 
-def bound_extra(peak: int, mode: str | None) -> int:
+def bound_extra(peak: int, mode: str | None, unverified: int = 0) -> int:
     """Bytes a compiled row's peak bound adds to the eager calibration: the largest under-prediction measured for
-    compiled steps, and for a mode that autotunes the largest measured under-prediction of its step 1."""
+    compiled steps (and for a mode that autotunes, the largest measured under-prediction of its step 1) on the
+    layer classes those runs verified, plus what the eager step saves in the classes they did not (`unverified`,
+    planning.compile_bounds: no margin is sound for a fusion nobody measured)."""
     if not mode:
         return 0
-    return int(peak * (COMPILE_UNDER + (AUTOTUNE_UNDER if mode.startswith("max-autotune") else 0)))
+    return int(peak * (COMPILE_UNDER + (AUTOTUNE_UNDER if mode.startswith("max-autotune") else 0))) + unverified

@@ -125,6 +125,7 @@ def predict_step(shape: StepShape, round_to_cuda_blocks: bool = True, gpu_arch: 
     out["peak"] += out["quant_state"]
     out["attention"] = summary(step.chosen)
     out["autotune_step1"] = step.autotune_step1
+    out["compile_unverified"] = step.unverified
     return out
 
 
@@ -160,6 +161,7 @@ class _TracedStep:
         self.tracker = (ignoring_compile(tracker) if shape.compile_mode else tracker)()
         self.compiled = None
         self.autotune_step1 = 0  # max-autotune's step-1 peak (planning.compiled_step.step1_autotune); 0: none
+        self.unverified = 0  # a compiled step's eager saves in unverified layer classes (planning.compile_bounds)
         self.chosen: list[str] = []
         self.rules = self.meter = None
 
@@ -180,6 +182,7 @@ class _TracedStep:
             if self.shape.autocast_bf16:
                 _outputs_to_float32(model)
             self._compile(model, trainable, ids, mask)
+            self._unverified_saved(model, ids, mask)
         if self.shape.fsdp is not None and self.shape.world > 1:
             self._warm_up(model, optimizer, trainable, ids, mask)
         ignore_frozen_parameters(self.tracker, model)
@@ -244,6 +247,19 @@ class _TracedStep:
             loss.backward()
         for p in trainable:
             p.grad = None
+
+    def _unverified_saved(self, model, ids, mask) -> None:
+        """An eager forward of the model as the step runs it, measuring what its unverified layer classes save: what
+        a compiled step's bound adds (planning.compile_bounds)."""
+        from tunebench.planning.compile_bounds import unverified_saved
+        from tunebench.planning.cuda_semantics import applied
+
+        _, attention = self._attention()  # the backward's context: records no kernel choice
+        with packed_rows_only_if(self.shape.packed), unverified_saved(model, self.block) as saved:
+            with mixed_precision(self.shape), attention, applied(bool(self.gpu_arch)):
+                loss = _loss(model, ids, mask)
+            del loss
+        self.unverified = saved.bytes
 
     def _attention(self):
         """(forward, backward) attention contexts: the GPU's kernels (the same stand-in at every entry, which a

@@ -10,31 +10,41 @@ exactly what Liger's Python around the kernel allocates and saves on CUDA, and d
   * SwiGLU (LigerSiLUMulFunction): allocates c, saves a and b; backward writes da and db into a and b;
   * fused linear cross-entropy (LigerFusedLinearCrossEntropyFunction): no logits, chunks of
     next_pow2(ceil(BT / ceil(V / H))) rows, the input's and the head's gradients computed in forward and saved.
+  * GeGLU (LigerGELUMulFunction) as SwiGLU; squared ReLU (LigerReLUSquaredFunction): allocates Y, saves X;
+    backward allocates dX.
+Which of them replace which layers of a model type is read from Liger's own apply function (planning.liger_patches),
+so every type Liger supports is planned from what it patches; a patch without a stand-in here (MoE experts,
+multimodal RoPE, the non-fused cross-entropy) is left out, an upper bound the note names.
 How TRL's SFTTrainer applies them decides which run: TRL 1.x applies Liger with `fused_linear_cross_entropy`
 False (its own fused LM head replaces the model's forward), so the harness's loss is the model's own and the logits
-are materialised (H100, TRL 1.16: the Liger rows' temporaries equal the baseline's, 8.41 GB on the 1B). The model
-types modelled are those Liger patches the llama way; another Liger model type is planned eagerly with a note.
+are materialised (H100, TRL 1.16: the Liger rows' temporaries equal the baseline's, 8.41 GB on the 1B).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import math
 
 logger = logging.getLogger(__name__)
 
 LIGER_VERSION = "0.8.5"
-# Liger's apply_liger_kernel_to_<type> of these types: the module's apply_rotary_pos_emb, every <Type>RMSNorm and
-# every <Type>MLP (gated SiLU) replaced; cross-entropy left alone unless the fused linear one is asked for.
-LLAMA_LIKE = ("llama", "mistral", "ministral", "qwen2", "qwen3", "smollm3")
 SM_COUNT = 132  # the partial dW's rows: the GPU's SMs (H100 SXM); 132 × hidden × 4 B, a transient of backward
+# the patch kinds with a stand-in here (planning.liger_patches.KINDS)
+MODELLED = ("rms_norm", "rope", "swiglu", "swiglu_fused", "geglu", "relu_squared", "fused_linear_cross_entropy")
+
+
+def type_patches(model_type: str | None) -> tuple:
+    """Liger's patches of the type as the harness's trainer applies them (planning.liger_patches)."""
+    from tunebench.planning.liger_patches import patches
+
+    return patches(model_type, fused_linear_cross_entropy_applied())
 
 
 def modelled(model_type: str | None) -> bool:
-    return model_type in LLAMA_LIKE
+    """Whether any of Liger's patches of the type has a stand-in."""
+    return any(p.kind in MODELLED for p in type_patches(model_type))
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,7 +74,8 @@ def _norm_function():
 
     class RMSNorm(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, weight):
+        def forward(ctx, x, weight, in_place=True):
+            ctx.in_place = in_place
             x = x.contiguous()
             rows = x.view(-1, x.shape[-1])
             y = torch.empty_like(rows)
@@ -74,13 +85,14 @@ def _norm_function():
 
         @staticmethod
         def backward(ctx, grad):
-            grad = grad.contiguous()  # dX is written into it
+            grad = grad.contiguous()  # dX is written into it, or into zeros of its shape
+            grad = grad if ctx.in_place else torch.zeros_like(grad)
             rows, weight, _ = ctx.saved_tensors
             grad_weight = None
             if ctx.needs_input_grad[1]:
                 partial = torch.empty((SM_COUNT, rows.shape[1]), dtype=torch.float32, device=grad.device)
                 grad_weight = partial.sum(dim=0).to(weight.dtype)
-            return grad, grad_weight
+            return grad, grad_weight, None
 
     return RMSNorm
 
@@ -158,12 +170,48 @@ def _cross_entropy_function():
     return FusedLinearCrossEntropy
 
 
-def _norm_forward(self, hidden_states):
-    return _norm_function().apply(hidden_states, self.weight)
+def _norm_forward(self, hidden_states, in_place: bool = True):
+    return _norm_function().apply(hidden_states, self.weight, in_place)
 
 
 def _swiglu_forward(self, x):
-    return self.down_proj(_silu_mul_function().apply(self.gate_proj(x), self.up_proj(x)))
+    """SwiGLU and GeGLU as Liger's MLPs run them (LigerGELUMulFunction allocates and saves as LigerSiLUMulFunction);
+    Mixtral's v4 experts name their projections w1, w3, w2."""
+    gate, up, down = (self.gate_proj, self.up_proj, self.down_proj) if hasattr(self, "gate_proj") else \
+        (self.w1, self.w3, self.w2)
+    return down(_silu_mul_function().apply(gate(x), up(x)))
+
+
+def _swiglu_fused_forward(self, x):
+    """LigerPhi3SwiGLUMLP: one gate-and-up projection, chunked (the halves made contiguous by the kernel's wrapper)."""
+    gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+    return self.down_proj(_silu_mul_function().apply(gate, up))
+
+
+@functools.lru_cache(maxsize=1)
+def _relu_squared_function():
+    import torch
+
+    class ReLUSquared(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x = x.contiguous()
+            ctx.save_for_backward(x)
+            return torch.empty_like(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.empty_like(grad.contiguous())
+
+    return ReLUSquared
+
+
+def _relu_squared_forward(self, x):
+    return _relu_squared_function().apply(x)
+
+
+_FORWARDS = {"swiglu": _swiglu_forward, "geglu": _swiglu_forward, "swiglu_fused": _swiglu_fused_forward,
+             "relu_squared": _relu_squared_forward}
 
 
 def _rope(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
@@ -184,21 +232,28 @@ def _lce_forward(self, input_ids=None, attention_mask=None, labels=None, **kwarg
 
 
 @contextlib.contextmanager
-def applied(model, model_type: str):
-    """Liger's kernels on `model` (its norms and MLPs, and its loss where the trainer lets Liger replace the
-    forward) and its family's RoPE, while the step runs."""
+def applied(model, model_type: str | None = None):
+    """Liger's kernels on `model` where Liger's own patching of the instance puts them (planning.liger_patches), each
+    a stand-in: a replaced layer's forward that of its kind, a replaced RoPE function ours, the model's forward
+    Liger's fused loss where the trainer lets it; a replacement without a stand-in is undone (the model's own layer,
+    an upper bound).
+    Yields {name: kind} of what Liger replaced."""
     import types
     from unittest import mock
 
-    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-    if fused_linear_cross_entropy_applied():
-        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        causal_lm.forward = types.MethodType(_lce_forward, causal_lm)
-    for sub in model.modules():
-        name = type(sub).__name__
-        if name.endswith("RMSNorm") and type(sub).__module__ == module.__name__:
-            sub.forward = types.MethodType(_norm_forward, sub)
-        elif name.endswith("MLP") and type(sub).__module__ == module.__name__:
-            sub.forward = types.MethodType(_swiglu_forward, sub)
-    with mock.patch.object(module, "apply_rotary_pos_emb", _rope):
-        yield
+    from tunebench.planning.liger_patches import liger_applied
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    with liger_applied(base, fused_linear_cross_entropy_applied(), MODELLED) as replaced, \
+            contextlib.ExitStack() as stack:
+        for name, (kind, owner) in replaced.items():
+            if kind == "rope":
+                stack.enter_context(mock.patch.object(owner, name.rsplit(".", 1)[1], _rope))
+            elif kind == "fused_linear_cross_entropy":
+                owner.forward = types.MethodType(_lce_forward, owner)
+            elif kind == "rms_norm":
+                in_place = getattr(owner, "in_place", True) is not False
+                owner.forward = types.MethodType(functools.partial(_norm_forward, in_place=in_place), owner)
+            elif kind in _FORWARDS:
+                owner.forward = types.MethodType(_FORWARDS[kind], owner)
+        yield {name: kind for name, (kind, _) in replaced.items()}

@@ -119,6 +119,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
     quant_state = step.pop("quant_state", 0)
     kept = step.pop("kept", 0)
     autotune_step1 = step.pop("autotune_step1", 0)
+    unverified = step.pop("compile_unverified", 0)
     if not cuda:
         # On CPU there is no allocator peak: the scanner's activations are their maximum over the step, and its
         # gradients every gradient at its full size.
@@ -137,7 +138,7 @@ def predict(shape: StepShape, sharding: Sharding, cuda: bool, cache: dict | None
         row["pred_mem_temporaries"] += autotune_step1 + other - row["pred_mem_peak"]
         row["pred_mem_peak"] = autotune_step1 + other
     # what a setting whose figure is not exact adds to the peak's bound (planning.accelerations)
-    row["pred_mem_bound_extra"] = bound_extra(row["pred_mem_peak"], shape.compile_mode)
+    row["pred_mem_bound_extra"] = bound_extra(row["pred_mem_peak"], shape.compile_mode, unverified)
     row["pred_attention"] = attention
     row["pred_seconds"] = time.monotonic() - started
     return row

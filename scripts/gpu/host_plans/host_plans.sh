@@ -8,6 +8,9 @@
 #                                                         # one call each: hp-sharded (12 rows on 2 GPUs), then
 #                                                         # "hp-one-gpu hp-14b hp-14b-one-gpu", then
 #                                                         # "hp-fp32-gqa hp-bf16-gqa"
+#   STEP=bounds SCENARIOS="hb-compile-relu2" bash ...     # items 3 and 4 (scenarios-bounds.yaml, 1 GPU): run with
+#                                                         # --plan, peaks.md's plan and bound against the measured
+#                                                         # peak; then SCENARIOS="hb-liger" (liger-kernel installed)
 # Scenarios: scenarios-host-plans.yaml beside this file. Carry .whl as for scripts/gpu/gpu_counts.sh when the image
 # lacks trl/datasets. $OUT gets the plan and results folders (trainer output left out), compare-*.txt, peaks.md.
 set -uo pipefail
@@ -39,5 +42,13 @@ case $step in
     # the device tool brings back a bounded number of files: the CSVs as they are, the experiment folders packed
     cp "$out/runs/raw_summary.csv" "$out/runs-raw_summary.csv"
     tar czf "$out/runs-experiments.tar.gz" -C "$out/runs" --exclude='*.pt' . && rm -rf "$out/runs"
+    ;;
+  bounds)
+    # the run's own plan (--plan: pred_* in its rows, made on this host) against its measured peaks
+    timeout 540 python3 benchmark.py --scenarios_config_path "$here/scenarios-bounds.yaml" --plan_device "NVIDIA H200" \
+      --run_only_scenarios ${SCENARIOS:?SCENARIOS=hb-compile-relu2 or hb-liger} --device cuda --plan \
+      --results_output_path "$out/runs-bounds" > "$out/runs-bounds.log" 2>&1
+    python3 "$here/peaks.py" "$out/runs-bounds/raw_summary.csv" "$out/runs-bounds/raw_summary.csv" > "$out/peaks.md"
+    find "$out/runs-bounds" -name trainer_output -prune -exec rm -rf {} +
     ;;
 esac

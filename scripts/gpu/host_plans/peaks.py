@@ -17,20 +17,21 @@ def main() -> int:
     plan, measured = pd.read_csv(sys.argv[1]), pd.read_csv(sys.argv[2])
     joined = plan.merge(measured, on="experiment_id", suffixes=("", "_run"))
     lines = ["| experiment | GPUs | planned GiB | bound GiB | measured GiB | planned / measured − 1 | within 3 % or "
-             "bound | attention planned / seen |", "|---|---:|---:|---:|---:|---:|---|---|"]
+             "bound | measured <= bound | attention planned / seen |", "|---|---:|---:|---:|---:|---:|---|---|---|"]
     for _, row in joined.iterrows():
         planned, bound = row["pred_mem_peak"], row.get("pred_mem_peak_upper", row["pred_mem_peak"])
         actual = row.get("mem_peak_torch_max_allocated_bytes")
         if row.get("status") != "ok" or not actual or pd.isna(actual):
             lines.append(f"| {row['scenario']} · {row['framework_config']} · {row['model_name_or_path']} | "
                          f"{row['num_gpus']} | {planned / GIB:.2f} | {bound / GIB:.2f} | – ({row.get('status')}) "
-                         "| – | – | – |")
+                         "| – | – | – | – |")
             continue
         error = planned / actual - 1
         held = "yes" if abs(error) <= 0.03 or actual <= bound else "NO"
         lines.append(f"| {row['scenario']} · {row['framework_config']} · {row['model_name_or_path']} | "
                      f"{row['num_gpus']} | {planned / GIB:.2f} | {bound / GIB:.2f} | {actual / GIB:.2f} | "
-                     f"{100 * error:+.2f} % | {held} | {row.get('pred_attention')} / "
+                     f"{100 * error:+.2f} % | {held} | {'yes' if actual <= bound else 'NO'} | "
+                     f"{row.get('pred_attention')} / "
                      f"{row.get('scan_attention_backend')} |")
     print("\n".join(lines))
     return 0

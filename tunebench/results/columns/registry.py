@@ -299,7 +299,8 @@ REGISTRY: tuple[Column, ...] = (
        "calibrated upper bound (CUDA): the prediction × (1 + the largest under-prediction measured for this GPU and "
        "allocator setting in tunebench/planning/residuals.csv, which every evidence run extends); `peak` too, plus "
        "`pred_mem_bound_extra` (torch.compile rows: compiled steps' largest measured under-prediction, and "
-       "for max-autotune its step 1's, 2.0 %; planning/accelerations.py)"),
+       "for max-autotune its step 1's, 2.0 %; planning/accelerations.py; plus what the eager step saves in layer "
+       "classes no GPU run verified compiled, planning/compile_bounds.py)"),
     _m("pred_mem_reserved", "bytes", None, "memory", S_PRED, "what the step needs reserved: pred_mem_peak_upper + the "
                                                              "allocator's slack measured over it at a GPU's edge "
                                                              "(pred_mem_peak on CPU); compare with "
