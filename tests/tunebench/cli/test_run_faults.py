@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -185,9 +186,12 @@ def test_sigkill_of_a_harness_driving_a_local_ray_leaves_no_process_behind(tmp_p
 
 
 def _started(command: list[str], tmp_path: Path) -> subprocess.Popen:
-    """The harness in a session of its own (a terminal's process group), its temporary directory a test folder."""
-    (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")}
+    """The harness in a session of its own (a terminal's process group), its temporary directory a test folder
+    (`tmp`, a link to a short path: multiprocessing's forkserver puts its socket there, and an AF_UNIX path has at
+    most 107 bytes, which pytest's own folders under xdist can exceed)."""
+    short = Path(tempfile.mkdtemp(prefix="tb-", dir="/tmp"))
+    (tmp_path / "tmp").symlink_to(short)
+    env = {**os.environ, "TUNEBENCH_CACHE": str(tmp_path / "cache"), "TMPDIR": str(short)}
     return subprocess.Popen([sys.executable, str(REPO / "benchmark.py"), *command], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -207,6 +211,7 @@ def test_ctrl_c_while_the_preload_server_imports_prints_no_traceback(tmp_path):
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "leaked" not in stderr, stderr
     assert stderr.rstrip().endswith("(interrupted ones as error rows)")
+    shutil.rmtree((tmp_path / "tmp").resolve(), ignore_errors=True)
 
 
 def test_a_two_process_run_leaves_nothing_in_the_temporary_directory(tmp_path):
@@ -224,3 +229,4 @@ def test_a_two_process_run_leaves_nothing_in_the_temporary_directory(tmp_path):
     assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == []
     (folder,) = (tmp_path / "out").glob("short1_*")
     assert (folder / "torchelastic").is_dir() and (tmp_path / "cache" / "inductor").is_dir()
+    shutil.rmtree((tmp_path / "tmp").resolve(), ignore_errors=True)
