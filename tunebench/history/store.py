@@ -118,11 +118,11 @@ def lock_path(path: Path) -> Path:
     return Path(str(path) + ".lock")
 
 
-def _is_duckdb_error(exc: BaseException) -> bool:
+def is_duckdb_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else type(exc).__name__
 
@@ -144,13 +144,13 @@ def failures_named(path: Path) -> Iterator[None]:
                                        "give a --store in a folder you may write (history add writes the store "
                                        "and <store>.lock beside it)")]) from None
     except ValueError as exc:  # ensure_schema: another version's store, or another program's DuckDB file
-        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({_first_line(exc)})",
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({first_line(exc)})",
                                        "give a store written by `benchmark.py history add`, or a new path")]) from None
     except Exception as exc:
-        if not _is_duckdb_error(exc):
+        if not is_duckdb_error(exc):
             raise
         raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store, or a damaged one: "
-                                                             f"{_first_line(exc)}",
+                                                             f"{first_line(exc)}",
                                        "give a store written by `benchmark.py history add` (a truncated or damaged "
                                        "one cannot be repaired: restore a copy), or a new path")]) from None
 
