@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.harness import TracebackRecorder, tiny_scenario, write_inputs
-from tests.fixtures.surfaces import new_options
+from tests.fixtures.surfaces import SUBCOMMAND_OPTIONS_27072A4, new_options, subcommand_options
 from tunebench import cli
 
 GENERATED = settings(max_examples=60, deadline=None, derandomize=True, database=None,
@@ -120,3 +120,14 @@ def test_an_empty_name_or_file_is_the_options_problem(inputs, tmp_path, capsys, 
     problems = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
     assert problems == [f"  - command line: --acceleration_framework_config_keypairs: {said} (fix: e.g. "
                         "--acceleration_framework_config_keypairs my-gptq my-gptq-sample-configuration.yaml)"]
+
+
+def test_no_other_subcommand_has_an_option_no_corpus_generates_for():
+    """benchmark.py's and plan's new options are generated for above, read from the parser. The other subcommands
+    (tune, compare, verify, history, bisect) have had no option added since 27072a4, and their corpora generate for
+    the options they had (tests/tunebench/api/test_checks_hostile.py, tests/tunebench/cli/test_parsing_hostile.py,
+    tests/tunebench/history/test_store_hostile.py). An option added to one of them is named here until a corpus
+    generates for it and tests/fixtures/surfaces.py lists it."""
+    found = subcommand_options()
+    assert {name: sorted(options - SUBCOMMAND_OPTIONS_27072A4.get(name, set())) for name, options in found.items()} \
+        == {name: [] for name in found}
