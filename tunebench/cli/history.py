@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import stat
 import sys
 import unicodedata
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 from tunebench.bounds import Range
 from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
+from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history import store
 
 logger = logging.getLogger(__name__)
@@ -57,25 +56,6 @@ def _store_path(args) -> Path:
     return Path(store.FILE_NAME)
 
 
-def _looked_at(path: Path) -> str:
-    """What `path` is: 'file', 'folder', 'missing', 'dangling' (a link to nowhere), 'other', or why it cannot be
-    looked at (its error, e.g. 'File name too long'); never raises (Python 3.11's Path.is_dir does)."""
-    try:
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode):
-            mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "dangling" if os.path.lexists(path) else "missing"
-    except NotADirectoryError:
-        return "missing"
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
-
-
-KINDS = ("file", "folder", "missing", "dangling", "other")
-
-
 def _problems(args, path: Path) -> list[InputProblem]:
     problems = option_problems(args, RANGES) if args.command == "check" else []
     if args.command == "add":
@@ -88,49 +68,33 @@ def _problems(args, path: Path) -> list[InputProblem]:
         problems += _out_problems(Path(args.out))
     if args.command == "export":
         problems += _parquet_problems(Path(args.parquet))
-    return problems + _store_problems(path, args.command)
+    return problems + store.path_problems(path, made_here=args.command == "add")
 
 
 def _results_problems(folders: list[str]) -> list[InputProblem]:
     """`history add RESULTS...`: each a folder that can be read (the folder's problem, never the store's)."""
     problems = []
     for results in folders:
-        found = _looked_at(Path(results))
-        if found in KINDS and found != "folder":
+        found = looked_at(Path(results))
+        if found in LOOKED_AT and found != "folder":
             problems.append(InputProblem("command line", results, "no such results folder",
                                          "give folders written by benchmark.py --results_output_path"))
-        elif found not in KINDS:
+        elif found not in LOOKED_AT:
             problems.append(InputProblem("command line", results, f"cannot be read: {found}",
                                          "give folders written by benchmark.py --results_output_path"))
     return problems
 
 
-def _store_problems(path: Path, command: str) -> list[InputProblem]:
-    """--store: a file (`add` may make it), never written through a link to nowhere."""
-    found = _looked_at(path)
-    if found == "dangling":
-        return [InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
-                             "give the store itself, or a new path")]
-    if found in ("folder", "other"):
-        return [InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file")]
-    if found == "missing" and command != "add":
-        return [InputProblem("command line", "--store", f"{path} does not exist",
-                             "give the file `history add` wrote (default <results parent>/history.duckdb)")]
-    if found not in KINDS:
-        return [InputProblem("command line", "--store", f"{path}: {found}", "give a .duckdb file's path")]
-    return []
-
-
 def _out_problems(out: Path) -> list[InputProblem]:
     """`history report --out`: a file in a folder that exists (the option's problem, never the store's)."""
-    found = _looked_at(out)
+    found = looked_at(out)
     if found == "folder":
         return [InputProblem("command line", "--out", f"{out} is a folder", "give the path of the HTML file to "
                              f"write, e.g. --out {out / 'history.html'}")]
-    if found not in KINDS:
+    if found not in LOOKED_AT:
         return [InputProblem("command line", "--out", f"{out}: {found}", "give the path of an HTML file, e.g. "
                              "--out history.html")]
-    if _looked_at(out.parent) != "folder":
+    if looked_at(out.parent) != "folder":
         return [InputProblem("command line", "--out", f"{out.parent} is not a folder that exists",
                              "give a file in an existing folder, e.g. --out history.html")]
     return []
@@ -138,8 +102,8 @@ def _out_problems(out: Path) -> list[InputProblem]:
 
 def _parquet_problems(folder: Path) -> list[InputProblem]:
     """`history export --parquet`: a folder that can be looked at (what it holds: actions.export)."""
-    found = _looked_at(folder)
-    if found not in KINDS:
+    found = looked_at(folder)
+    if found not in LOOKED_AT:
         return [InputProblem("command line", "--parquet", f"{folder}: {found}", "give a new or empty folder")]
     return []
 

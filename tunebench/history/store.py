@@ -29,6 +29,7 @@ from typing import Any
 
 from scanner.atomic import atomic_via_tmp
 from tunebench.errors import InputError, InputProblem
+from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history.optional import require
 from tunebench.results.columns.lookup import lookup
 from tunebench.results.compare.rules import canonical
@@ -112,6 +113,23 @@ def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S) -> Conn
             if descriptor is not None:
                 os.close(descriptor)
             raise
+
+
+def path_problems(path: Path, made_here: bool) -> list[InputProblem]:
+    """--store: a store's file, or (`made_here`: history add, bisect) a path where one is made; never written
+    through a link to nowhere. Said as the store's, before anything opens it."""
+    found = looked_at(path)
+    if found == "dangling":
+        return [InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
+                             "give the store itself, or a new path")]
+    if found in ("folder", "other"):
+        return [InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file")]
+    if found == "missing" and not made_here:
+        return [InputProblem("command line", "--store", f"{path} does not exist",
+                             "give the file `history add` wrote (default <results parent>/history.duckdb)")]
+    if found not in LOOKED_AT:
+        return [InputProblem("command line", "--store", f"{path}: {found}", "give a .duckdb file's path")]
+    return []
 
 
 def lock_path(path: Path) -> Path:
