@@ -64,10 +64,9 @@ def looks_like_local_path(text: str, suffixes: tuple[str, ...] = ()) -> bool:
 def library_cache_environment() -> dict[str, str]:
     """Where the libraries of the processes the harness starts keep their caches: under tunebench's cache root,
     never the temporary directory (importing bitsandbytes makes /tmp/torchinductor_<user> in every process that
-    does, the preload server and each experiment). {} where the user chose a place."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir("inductor"))}
+    does, the preload server and each experiment), or where the user chose. Always named, so that an experiment's
+    command.sh, run by hand, keeps it there too."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(cache_dir("inductor"))}
 
 
 def cache_dir(kind: str) -> Path:
