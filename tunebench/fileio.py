@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 from scanner.atomic import atomic_write
@@ -63,13 +64,32 @@ def looks_like_local_path(text: str, suffixes: tuple[str, ...] = ()) -> bool:
 def library_cache_environment() -> dict[str, str]:
     """Where the libraries of the processes the harness starts keep their caches: under tunebench's cache root,
     never the temporary directory (importing bitsandbytes makes /tmp/torchinductor_<user> in every process that
-    does, the preload server and each experiment). {} where the user chose a place."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir("inductor"))}
+    does, the preload server and each experiment), or where the user chose. Always named, so that an experiment's
+    command.sh, run by hand, keeps it there too."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(cache_dir("inductor"))}
 
 
 def cache_dir(kind: str) -> Path:
     """The harness's cache folder for `kind` (data, models, ...): under `$TUNEBENCH_CACHE`, else
     ~/.cache/tunebench. One root for every cache, so one variable moves them all."""
     return Path(os.environ.get("TUNEBENCH_CACHE", Path.home() / ".cache" / "tunebench")) / kind
+
+
+LOOKED_AT = ("file", "folder", "missing", "dangling", "other")  # what looked_at says of a path it could look at
+
+
+def looked_at(path: str | os.PathLike) -> str:
+    """What `path` is: one of LOOKED_AT ('dangling': a link to nowhere; 'missing' also below a file), or why it
+    cannot be looked at (its error, e.g. 'File name too long'). Never raises: Python 3.11's Path.is_dir and
+    Path.exists raise on such a name."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "dangling" if os.path.lexists(path) else "missing"
+    except NotADirectoryError:
+        return "missing"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"

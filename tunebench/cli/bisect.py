@@ -23,6 +23,7 @@ from tunebench.bounds import Range
 from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.guard import HarnessStopped
+from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history.bisection import Bisection, BisectOptions, CannotTell, candidates, search
 
 logger = logging.getLogger(__name__)
@@ -67,10 +68,26 @@ def _problems(args, benchmark_args: list[str]) -> list[InputProblem]:
     if "--results_output_path" in benchmark_args:
         problems.append(InputProblem("command line", "--results_output_path", "bisect chooses each run's folder",
                                      "leave it out; give --workdir"))
-    if args.workdir and Path(args.workdir).exists():
-        problems.append(InputProblem("command line", "--workdir", f"{args.workdir} exists",
-                                     "give a new folder (bisect never writes into one it did not make)"))
-    return problems
+    from tunebench.history.store import path_problems
+
+    return problems + path_problems(Path(args.store), made_here=True) + _workdir_problems(args.workdir)
+
+
+def _workdir_problems(workdir: str | None) -> list[InputProblem]:
+    """--workdir: a new folder in one that exists (bisect never writes into one it did not make)."""
+    if not workdir:
+        return []
+    found, parent = looked_at(workdir), looked_at(Path(workdir).parent)
+    if found not in LOOKED_AT or parent not in LOOKED_AT:
+        return [InputProblem("command line", "--workdir", f"{workdir}: {found if found not in LOOKED_AT else parent}",
+                             "give a new folder, e.g. --workdir bisect-runs")]
+    if found != "missing":
+        return [InputProblem("command line", "--workdir", f"{workdir} exists",
+                             "give a new folder (bisect never writes into one it did not make)")]
+    if parent != "folder":
+        return [InputProblem("command line", "--workdir", f"{Path(workdir).parent} is not a folder that exists",
+                             "give a new folder in an existing one, e.g. --workdir bisect-runs")]
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         from tunebench.history.store import open_store
 
         con = open_store(Path(args.store), read_only=False)
-        workdir.mkdir(parents=True)
+        try:
+            workdir.mkdir(parents=True)
+        except OSError as exc:  # the runs' folder, not the store: refused, the store is left as it was
+            con.abandon()
+            raise InputError([InputProblem("command line", "--workdir", f"cannot make {workdir}: "
+                                           f"{exc.strerror or exc}", "give a new folder you may write")]) from None
         print(f"bisect: {len(refs)} candidates, good {refs[0][:12]}, bad {refs[-1][:12]}; runs in "
               f"{workdir}", flush=True)
         try:

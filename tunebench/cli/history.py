@@ -19,6 +19,7 @@ from pathlib import Path
 from tunebench.bounds import Range
 from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
+from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history import store
 
 logger = logging.getLogger(__name__)
@@ -58,35 +59,52 @@ def _store_path(args) -> Path:
 def _problems(args, path: Path) -> list[InputProblem]:
     problems = option_problems(args, RANGES) if args.command == "check" else []
     if args.command == "add":
-        for results in args.results:
-            if not Path(results).is_dir():
-                problems.append(InputProblem("command line", results, "no such results folder",
-                                             "give folders written by benchmark.py --results_output_path"))
+        problems += _results_problems(args.results)
         label = args.label or ""
         if len(label) > MAX_LABEL or any(unicodedata.category(c) in ("Cc", "Cs") for c in label):
             problems.append(InputProblem("command line", "--label", f"at most {MAX_LABEL} printable characters",
                                          "e.g. --label v1.2.0 or --label $(git rev-parse --short HEAD)"))
     if args.command == "report" and args.out:
         problems += _out_problems(Path(args.out))
-    if path.is_symlink() and not path.exists():  # a store is never written through a link to nowhere
-        problems.append(InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
-                                     "give the store itself, or a new path"))
-    elif path.exists() and not path.is_file():
-        problems.append(InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file"))
-    elif args.command != "add" and not path.exists():
-        problems.append(InputProblem("command line", "--store", f"{path} does not exist",
-                                     "give the file `history add` wrote (default <results parent>/history.duckdb)"))
+    if args.command == "export":
+        problems += _parquet_problems(Path(args.parquet))
+    return problems + store.path_problems(path, made_here=args.command == "add")
+
+
+def _results_problems(folders: list[str]) -> list[InputProblem]:
+    """`history add RESULTS...`: each a folder that can be read (the folder's problem, never the store's)."""
+    problems = []
+    for results in folders:
+        found = looked_at(Path(results))
+        if found in LOOKED_AT and found != "folder":
+            problems.append(InputProblem("command line", results, "no such results folder",
+                                         "give folders written by benchmark.py --results_output_path"))
+        elif found not in LOOKED_AT:
+            problems.append(InputProblem("command line", results, f"cannot be read: {found}",
+                                         "give folders written by benchmark.py --results_output_path"))
     return problems
 
 
 def _out_problems(out: Path) -> list[InputProblem]:
     """`history report --out`: a file in a folder that exists (the option's problem, never the store's)."""
-    if out.is_dir():
+    found = looked_at(out)
+    if found == "folder":
         return [InputProblem("command line", "--out", f"{out} is a folder", "give the path of the HTML file to "
                              f"write, e.g. --out {out / 'history.html'}")]
-    if not out.parent.is_dir():
+    if found not in LOOKED_AT:
+        return [InputProblem("command line", "--out", f"{out}: {found}", "give the path of an HTML file, e.g. "
+                             "--out history.html")]
+    if looked_at(out.parent) != "folder":
         return [InputProblem("command line", "--out", f"{out.parent} is not a folder that exists",
                              "give a file in an existing folder, e.g. --out history.html")]
+    return []
+
+
+def _parquet_problems(folder: Path) -> list[InputProblem]:
+    """`history export --parquet`: a folder that can be looked at (what it holds: actions.export)."""
+    found = looked_at(folder)
+    if found not in LOOKED_AT:
+        return [InputProblem("command line", "--parquet", f"{folder}: {found}", "give a new or empty folder")]
     return []
 
 

@@ -49,6 +49,7 @@ class PreloadServer:
         if self._context is None:
             os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
             os.environ.update(library_cache_environment())  # its imports write no cache into the temp directory
+            _short_socket_folder()
             self._context = multiprocessing.get_context("forkserver")
             self._context.set_forkserver_preload(PRELOAD_MODULES)
         return self._context
@@ -74,6 +75,28 @@ class PreloadServer:
                                   daemon=False, name=f"{PRELOADED_PROCESS_NAME}-experiment")
         process.start()
         return process
+
+
+# An AF_UNIX address holds 108 bytes; the forkserver's is <temp dir>/pymp-XXXXXXXX/listener-XXXXXXXX (32 more).
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def _short_socket_folder(fallback: str = "/tmp") -> None:
+    """multiprocessing's folder (where the forkserver listens), under `fallback` when the temporary directory's path
+    is too long for a socket's address: a long TMPDIR (a Slurm job's, a test's) stopped every run with "AF_UNIX
+    path too long" (Python 3.13 falls back so itself). multiprocessing removes the folder at exit, as always."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(os.fsencode(tempfile.gettempdir())) + SOCKET_SUFFIX <= SOCKET_PATH_MAX or not os.path.isdir(fallback):
+        return
+    previous, tempfile.tempdir = tempfile.tempdir, fallback
+    try:
+        folder = util.get_temp_dir()  # made now under the fallback, and kept for the process's sockets
+    finally:
+        tempfile.tempdir = previous
+    logger.info("the temporary directory's path is too long for a socket: the preload server listens in %s", folder)
 
 
 def _noop() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +13,22 @@ from tunebench.errors import InputError, InputProblem
 from tunebench.history import metadata, store
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def written(option: str, target: Path, fix: str) -> Iterator[None]:
+    """Within it, a write that fails (the filesystem's refusal, or DuckDB's when it writes a file) is one problem
+    naming `option` and the file: the output's, never the store's (store.failures_named is the store's)."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError([InputProblem("command line", option, f"cannot write {exc.filename or target}: "
+                                       f"{exc.strerror or exc}", fix)]) from None
+    except Exception as exc:
+        if not store.is_duckdb_error(exc):
+            raise
+        raise InputError([InputProblem("command line", option, f"cannot write {target}: {store.first_line(exc)}",
+                                       fix)]) from None
 
 
 def read_runs(folders: list[str], label: str | None, each_repeat: bool) -> list[tuple[Path, list]]:
@@ -64,18 +82,19 @@ def add(found: list[tuple[Path, list]], path: Path, con) -> int:
     return 0
 
 
-def load(con) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The ok rows with each run's number (1-based, in start order) and label, and every stored step."""
+def load(con, path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ok rows of the store at `path` with each run's number (1-based, in start order) and label, and every
+    stored step."""
     tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     if not {"runs", "experiments", "steps"} <= tables:
-        raise InputError([InputProblem("--store", "tables", "not a tunebench history store (no runs table)",
+        raise InputError([InputProblem(str(path), "--store", "not a tunebench history store (no runs table)",
                                        "give a store written by `benchmark.py history add`")])
     rows = store.frame(con, "SELECT e.*, r.label AS run_label, r.started_unix AS run_started, r.source AS source, "
                             "dense_rank() OVER (ORDER BY r.started_unix, r.run_id) AS run_number "
                             "FROM experiments e JOIN runs r USING (run_id) ORDER BY run_number, e.started_unix")
     steps = store.frame(con, "SELECT experiment_id, repeat, started_unix, step, seconds, steady FROM steps")
     if rows.empty:
-        raise InputError([InputProblem("--store", "runs", "the store holds no run yet",
+        raise InputError([InputProblem(str(path), "--store", "the store holds no run yet",
                                        "add results first: benchmark.py history add RESULTS")])
     if "status" in rows.columns:
         rows = rows[rows["status"].astype(str).str.lower() == "ok"]
@@ -101,7 +120,7 @@ def check(metric: str, min_effect: float | None, path: Path, con) -> int:
     from tunebench.history.check import check as run_check
     from tunebench.history.check import describe
 
-    rows, steps = load(con)
+    rows, steps = load(con, path)
     con.close()
     _metric_problem(rows, metric)
     min_effects = {metric: min_effect} if min_effect is not None else None
@@ -119,11 +138,12 @@ def report(metric: str, out: str | None, path: Path, con) -> int:
     """Trend charts of `metric` per experiment, regimes shaded, in `out` (default: history.html beside the store)."""
     from tunebench.history.report import write_report
 
-    rows, steps = load(con)
+    rows, steps = load(con, path)
     con.close()
     _metric_problem(rows, metric)
     out = Path(out) if out else path.resolve().parent / "history.html"
-    write_report(rows, steps, metric, out)
+    with written("--out", out, "give an HTML file in a folder you may write, e.g. --out history.html"):
+        write_report(rows, steps, metric, out)
     print(f"wrote {out}")
     return 0
 
@@ -143,7 +163,8 @@ def export(parquet: str, path: Path, con) -> int:
                 )
             ]
         )
-    written = store.export_parquet(con, folder)
+    with written("--parquet", folder, "give a new or empty folder you may write"):
+        files = store.export_parquet(con, folder)
     con.close()
-    print("wrote " + ", ".join(map(str, written)))
+    print("wrote " + ", ".join(map(str, files)))
     return 0

@@ -29,6 +29,7 @@ from typing import Any
 
 from scanner.atomic import atomic_via_tmp
 from tunebench.errors import InputError, InputProblem
+from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history.optional import require
 from tunebench.results.columns.lookup import lookup
 from tunebench.results.compare.rules import canonical
@@ -114,15 +115,32 @@ def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S) -> Conn
             raise
 
 
+def path_problems(path: Path, made_here: bool) -> list[InputProblem]:
+    """--store: a store's file, or (`made_here`: history add, bisect) a path where one is made; never written
+    through a link to nowhere. Said as the store's, before anything opens it."""
+    found = looked_at(path)
+    if found == "dangling":
+        return [InputProblem("command line", "--store", f"{path} is a link to a path that does not exist",
+                             "give the store itself, or a new path")]
+    if found in ("folder", "other"):
+        return [InputProblem("command line", "--store", f"{path} is not a file", "give a .duckdb file")]
+    if found == "missing" and not made_here:
+        return [InputProblem("command line", "--store", f"{path} does not exist",
+                             "give the file `history add` wrote (default <results parent>/history.duckdb)")]
+    if found not in LOOKED_AT:
+        return [InputProblem("command line", "--store", f"{path}: {found}", "give a .duckdb file's path")]
+    return []
+
+
 def lock_path(path: Path) -> Path:
     return Path(str(path) + ".lock")
 
 
-def _is_duckdb_error(exc: BaseException) -> bool:
+def is_duckdb_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else type(exc).__name__
 
@@ -144,13 +162,13 @@ def failures_named(path: Path) -> Iterator[None]:
                                        "give a --store in a folder you may write (history add writes the store "
                                        "and <store>.lock beside it)")]) from None
     except ValueError as exc:  # ensure_schema: another version's store, or another program's DuckDB file
-        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({_first_line(exc)})",
+        raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store ({first_line(exc)})",
                                        "give a store written by `benchmark.py history add`, or a new path")]) from None
     except Exception as exc:
-        if not _is_duckdb_error(exc):
+        if not is_duckdb_error(exc):
             raise
         raise InputError([InputProblem(str(path), "--store", f"not a tunebench history store, or a damaged one: "
-                                                             f"{_first_line(exc)}",
+                                                             f"{first_line(exc)}",
                                        "give a store written by `benchmark.py history add` (a truncated or damaged "
                                        "one cannot be repaired: restore a copy), or a new path")]) from None
 

@@ -29,6 +29,11 @@ def pairs_of(values: list[str], problems: list[InputProblem]) -> dict[str, str]:
         return {}
     pairs: dict[str, str] = {}
     for name, path in zip(values[::2], values[1::2], strict=True):
+        if not name.strip() or not path.strip():  # '' would be read as the current folder: "./: file not found"
+            problems.append(InputProblem("command line", OPTION, f"the pair {name!r} {path!r} has an empty "
+                                         f"{'name' if not name.strip() else 'file'}",
+                                         f"e.g. {OPTION} my-gptq my-gptq-sample-configuration.yaml"))
+            continue
         if name in pairs:
             problems.append(InputProblem("command line", OPTION, f"{name!r} is given twice", "name each file once"))
         pairs[name] = path

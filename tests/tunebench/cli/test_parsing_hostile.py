@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.fixtures.harness import TracebackRecorder
 from tunebench import cli
 
 HOSTILE_NAMES = ["a", "../../escaped", "x/y", "..", ".hidden", "-rf", "精调", "a" * 300, "con", "with space",
@@ -91,16 +92,6 @@ def _snapshot(root: Path, skip: set[Path]) -> dict[str, tuple[int, int]]:
             stat = path.lstat()
             found[str(path)] = (stat.st_size, stat.st_mtime_ns)
     return found
-
-
-class TracebackRecorder(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.records = []
-
-    def emit(self, record):
-        if record.exc_info or "Traceback" in record.getMessage():
-            self.records.append(record)
 
 
 @pytest.fixture(scope="module")

@@ -112,6 +112,18 @@ def test_a_value_of_the_wrong_type_names_the_file_and_the_scenario(tmp_path):
     (problem,) = caught.value.problems
     assert (problem.source, problem.key) == ("Matrix.from_scenarios", "scenario 's': arguments.tf32")
     assert problem.message.startswith("argument --tf32: Truthy value expected: got 2")
+    import yaml
+
+    from tunebench import cli
+
+    path = tmp_path / "scenarios.yaml"  # from a file, the line names it
+    path.write_text(yaml.safe_dump({"scenarios": [{"name": "s", "arguments": {"model_name_or_path":
+                                                                              "preset:llama-tiny", "tf32": 2}}]}))
+    with pytest.raises(tunebench.InputError) as caught:
+        tunebench.Matrix.from_yaml(scenarios=str(path), device="cpu")
+    assert [(p.source, p.key) for p in caught.value.problems] == [(str(path), "scenario 's': arguments.tf32")]
+    assert cli.main(["--scenarios_config_path", str(path), "--dry_run", "--device", "cpu", "--results_output_path",
+                     str(tmp_path / "out")]) == 2
 
 
 @given(st.one_of(st.none(), st.text(max_size=40), st.integers(), st.lists(st.text(max_size=10), max_size=3)),

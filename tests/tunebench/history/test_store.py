@@ -170,7 +170,7 @@ def _series(tmp_path, medians: list[float], extra_of=None) -> list:
     from tunebench.history.actions import load
     from tunebench.history.store import connect
 
-    rows, steps = load(connect(store, read_only=True))
+    rows, steps = load(connect(store, read_only=True), store)
     return check(rows, steps)
 
 

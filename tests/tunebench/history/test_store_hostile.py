@@ -196,3 +196,63 @@ def test_check_and_report_options_are_theirs_never_the_stores(stored, tmp_path, 
         assert code in (0, 1), err
     else:
         assert code == 2 and "  - command line: --metric: " in err, err
+
+
+PATHS = {"too long": lambda t: t / ("n" * 300), "under a file": lambda t: t / "afile" / "x",
+         "its temporary file's name too long": lambda t: t / ("t" * 250)}
+
+
+@pytest.mark.parametrize("kind", sorted(PATHS))
+@pytest.mark.parametrize("command_name, option", [("add", "RESULTS"), ("report", "--out"), ("export", "--parquet"),
+                                                  ("check", "--store")])
+def test_a_path_that_cannot_be_used_is_its_options_problem(stored, tmp_path, capsys, command_name, option, kind):
+    """History separates the store from the folders and files it reads or writes: a results folder, --out or
+    --parquet that cannot be looked at or written (a name too long, a path under a file) is one line naming that
+    path's option (was a traceback from `Path.is_dir`, or `--store: cannot open ...` for --out and --parquet),
+    and a --store that cannot be looked at is the store's."""
+    store = tmp_path / "h.duckdb"
+    store.write_bytes(stored[0])
+    (tmp_path / "afile").write_text("not a folder")
+    bad = PATHS[kind](tmp_path)
+    argv = {"RESULTS": ["add", str(bad), "--store", str(store)], "--out": ["report", "--store", str(store), "--out",
+            str(bad)], "--parquet": ["export", "--store", str(store), "--parquet", str(bad)],
+            "--store": ["check", "--store", str(bad)]}[option]
+    if command_name == "add" and kind == "its temporary file's name too long":
+        (tmp_path / "empty").mkdir()  # a folder that is read, not written: a readable one has nothing to add
+        argv[1] = str(tmp_path / "empty")
+        assert command.main(argv) == 0 and "no finished experiment to add" in capsys.readouterr().out
+        return
+    expected = {
+        ("RESULTS", "too long"): f"command line: {bad}: cannot be read: File name too long",
+        ("RESULTS", "under a file"): f"command line: {bad}: no such results folder",
+        ("--out", "too long"): f"command line: --out: {bad}: File name too long",
+        ("--out", "under a file"): f"command line: --out: {bad.parent} is not a folder that exists",
+        ("--out", "its temporary file's name too long"): f"command line: --out: cannot write {bad.parent}/.{bad.name}.",
+        ("--parquet", "too long"): f"command line: --parquet: {bad}: File name too long",
+        ("--parquet", "under a file"): f"command line: --parquet: cannot write {bad}: Not a directory",
+        ("--parquet", "its temporary file's name too long"): None,  # a folder of that name holds runs.parquet
+        ("--store", "too long"): f"command line: --store: {bad}: File name too long",
+        ("--store", "under a file"): f"command line: --store: {bad} does not exist",
+        ("--store", "its temporary file's name too long"): f"command line: --store: {bad} does not exist",
+    }[option, kind]
+    code = command.main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    if expected is None:
+        assert code == 0 and (bad / "runs.parquet").is_file()
+        return
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert code == 2 and len(problems) == 1 and problems[0].startswith(f"  - {expected}"), err
+    assert option == "--store" or "--store" not in err, err
+
+
+def test_a_store_with_no_run_yet_is_named_by_its_path(tmp_path, capsys):
+    """The store's problems name the store's path and --store (was `--store: runs: ...`, naming no file)."""
+    (tmp_path / "empty").mkdir()
+    store = tmp_path / "h.duckdb"
+    assert command.main(["add", str(tmp_path / "empty"), "--store", str(store)]) == 0
+    capsys.readouterr()
+    assert command.main(["check", "--store", str(store)]) == 2
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"  - {store}: --store: the store holds no run yet (fix: add results first: benchmark.py history add "
+        "RESULTS)"]

@@ -1,10 +1,11 @@
-"""Generated hostile values (hypothesis) for every scenario and argument key added since 27072a4 (issue AD): the
-loss-parity band (`loss_band_seed`, `loss_band_kind`), time to target (`loss_target_fraction`, `loss_target_nats`),
-the synthetic corpus (`synthetic_corpus`, `synthetic_markov_states`, `synthetic_markov_branching`), the 4-bit
-storage (`bnb_4bit_quant_storage`), a scenario's `num_gpus`, and the nested `fsdp` / `fsdp_config` (with
-`torch_compile_mode`, which narrows). Through tunebench/matrix/validation.py, in this process (no subprocess per
-example): a matrix whose typed values are in range, or one InputError whose every problem names the scenario's
-key, never another exception."""
+"""Generated hostile values (hypothesis) for every scenario and argument key added since 27072a4 (issue AD), read
+from the registry (tests/fixtures/surfaces.py: a key added later is generated for too): the loss-parity band
+(`loss_band_seed`, `loss_band_kind`), time to target (`loss_target_fraction`, `loss_target_nats`), the synthetic
+corpus (`synthetic_corpus`, `synthetic_markov_states`, `synthetic_markov_branching`), the 4-bit storage
+(`bnb_4bit_quant_storage`), fms-acceleration's plugins (`fms_plugins`), a scenario's `num_gpus`, and the nested
+`fsdp` / `fsdp_config` (with `torch_compile_mode`, which narrows). Through tunebench/matrix/validation.py, in this
+process (no subprocess per example): a matrix whose typed values are in range, or one InputError whose every problem
+names the scenario's key, never another exception."""
 
 from __future__ import annotations
 
@@ -16,31 +17,59 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tunebench
+from tests.fixtures.surfaces import new_argument_keys
 from tunebench.experiment.arguments import ENTRY_GROUPS
+from tunebench.experiment.fms.settings import PACKAGE_OF_PATH, fms_plugins_of
 from tunebench.experiment.ranges import RANGES
 from tunebench.experiment.sharding import CONFIG_KEYS
 
 GENERATED = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-NEW_KEYS = ("loss_band_seed", "loss_band_kind", "loss_target_fraction", "loss_target_nats", "synthetic_corpus",
-            "synthetic_markov_states", "synthetic_markov_branching", "bnb_4bit_quant_storage")
+NEW_KEYS = new_argument_keys()
 GROUP = {f: g for g, kind in ENTRY_GROUPS.items() for f in kind.__dataclass_fields__}
 
 scalar = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=10),
                    st.sampled_from(["rows", "last_bit", "markov", "uniform", "auto", "uint8", "bfloat16", "1", "2",
                                     "two", "nan", "1e400", "-1", ""]))
-value = st.one_of(scalar, st.lists(scalar, max_size=3), st.dictionaries(st.text(max_size=6), scalar, max_size=2))
+
+def _nested(path: str, leaf) -> dict:
+    """`a.b.c` as {a: {b: {c: leaf}}}."""
+    for part in reversed(path.split(".")):
+        leaf = {part: leaf}
+    return leaf
+
+
+# fms-acceleration's `plugins:` bodies: a registered path with a hostile leaf, an empty section, a whole file's body
+plugin_paths = st.sampled_from(sorted({p.rsplit(".", 1)[0] for p in PACKAGE_OF_PATH} | set(PACKAGE_OF_PATH)))
+plugins = st.one_of(st.builds(_nested, plugin_paths, st.one_of(scalar, st.just({}), st.dictionaries(
+    st.sampled_from(["kernel", "from_quantized", "fused_lora", "base_layer", "x"]), scalar, max_size=2))),
+    st.builds(_nested, plugin_paths, st.just({})).map(lambda body: {"plugins": body}))
+value = st.one_of(scalar, st.lists(scalar, max_size=3), st.dictionaries(st.text(max_size=6), scalar, max_size=2),
+                  plugins)
 fsdp_config = st.one_of(value, st.dictionaries(st.sampled_from([*CONFIG_KEYS, "fsdp_version", "reshard", "x"]),
                                                st.one_of(scalar, st.lists(scalar, max_size=2)), max_size=4))
 
 
 def _in_range(spec, key: str) -> bool:
+    """The typed value is what its field takes: within its range, one of its Literal's words, or (fms_plugins) a
+    body that names at least one plugin fms registers, or none at all."""
     typed = spec.value(GROUP[key], key)
     bounds = RANGES.get(key)
     if bounds is not None:
         return bounds.problem(typed) is None
-    return typed in typing.get_args(typing.get_type_hints(ENTRY_GROUPS[GROUP[key]])[key])  # a Literal's words
+    if key == "fms_plugins":
+        body = fms_plugins_of(typed)
+        return not body.enabled or (bool(body.paths) and not body.unknown_paths)
+    hint = typing.get_type_hints(ENTRY_GROUPS[GROUP[key]])[key]
+    return typed in typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else isinstance(typed, hint)
+
+
+def test_the_keys_read_from_the_registry_are_those_added_since_27072a4():
+    assert set(NEW_KEYS) >= {"loss_band_seed", "loss_band_kind", "loss_target_fraction", "loss_target_nats",
+                             "synthetic_corpus", "synthetic_markov_states", "synthetic_markov_branching",
+                             "bnb_4bit_quant_storage", "fms_plugins"}
+    assert not set(NEW_KEYS) & {"r", "lora_alpha", "model_name_or_path", "torch_dtype"}  # 27072a4 had these
 
 
 @GENERATED
@@ -100,7 +129,8 @@ def test_a_scenarios_gpu_counts_run_where_the_matrix_has_them_or_are_one_problem
 @pytest.mark.parametrize("key, value", [("loss_target_fraction", math.nan), ("loss_target_nats", math.inf),
                                         ("synthetic_markov_states", 0), ("loss_band_seed", -1),
                                         ("synthetic_corpus", "zipf"), ("loss_band_kind", "bits"),
-                                        ("bnb_4bit_quant_storage", "int4")])
+                                        ("bnb_4bit_quant_storage", "int4"), ("fms_plugins", {"peft": {}}),
+                                        ("fms_plugins", {"plugins": {"training": {}}})])
 def test_the_generated_cases_refusals_name_the_key(key, value):
     with pytest.raises(tunebench.InputError) as caught:
         tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {key: value}}], device="cpu")

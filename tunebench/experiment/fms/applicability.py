@@ -45,6 +45,11 @@ def problems(model: Mapping[str, Any], device_type: str, installed_here: bool) -
     found = [("fms_plugins", f"{path!r} is a path no fms plugin registers (fms would ignore it and train the plain "
                              "model under this config's name)", "use one of: " + ", ".join(sorted(PACKAGE_OF_PATH)))
              for path in plugins.unknown_paths]
+    if not plugins.paths:  # sections without a plugin's settings ({peft: {}}): fms would load nothing either
+        return found or [("fms_plugins", "names no fms plugin's settings (its sections are empty: fms would train the "
+                                         "plain model under this config's name)", "give a plugin's settings, e.g. "
+                                         "{peft: {quantization: {auto_gptq: {kernel: triton_v2, from_quantized: "
+                                         "true}}}}, or leave fms_plugins out")]
     if plugins.base != "model" and any(bit_widths(model)):
         found.append(("fms_plugins", f"fms's {plugins.base} loader quantizes the base, and load_in_4bit/load_in_8bit "
                                      "asks tunebench's bitsandbytes path to as well", "keep one of the two"))

@@ -87,3 +87,11 @@ def test_a_csv_is_read_back_through_the_registrys_types(tmp_path):
     assert row["steady_tokens_per_second"] == 10.5 and row["status"] == "ok"
     assert {"experiment_id", "status", "gpu_name", "driver_version"} <= set(columns.text_columns())
     assert "packing" not in columns.text_columns() and "steady_tokens_per_second" not in columns.text_columns()
+
+
+def test_the_device_peak_a_cpu_run_leaves_empty_points_to_the_host_memory_column():
+    """Issue AD: on CPU `scan_mem_peak_allocated` is empty and nothing pointed to the host's memory; its doc (the
+    README's column table, compare's and the report's wording) names the column that holds it."""
+    doc = columns.lookup("scan_mem_peak_allocated").meaning
+    assert "empty on CPU" in doc and "`mem_peak_host_rss_bytes`" in doc
+    assert columns.lookup("mem_peak_host_rss_bytes").unit == "bytes"
