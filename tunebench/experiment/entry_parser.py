@@ -115,6 +115,12 @@ class EntryParser:
             # TRL's default (True) under the new name, so neither the default nor the old name warns.
             given["activation_checkpointing"] = checkpointing_on({})
         given = {k: v for k, v in given.items() if v is not None}
+        for key, value in given.items():
+            action = self.parser._option_string_actions.get(f"--{key}")
+            # a list for an option of one value would leave its tail as "unrecognised arguments", naming no key
+            if isinstance(value, (list, tuple)) and len(value) != 1 and action is not None \
+                    and action.nargs in (None, "?"):
+                raise ArgumentError(f"argument --{key}: expected one value, got a list of {len(value)}")
         try:
             namespace, remaining = self.parser.parse_known_args(to_argv(given, self.bare))
         except argparse.ArgumentError as exc:

@@ -135,3 +135,14 @@ def test_the_generated_cases_refusals_name_the_key(key, value):
     with pytest.raises(tunebench.InputError) as caught:
         tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {key: value}}], device="cpu")
     assert f"scenario 's': arguments.{key}" in [p.key for p in caught.value.problems]
+
+
+@pytest.mark.parametrize("value", [[1, None], [1, 2], []])
+def test_a_list_for_an_option_of_one_value_names_the_option(value):
+    """A generated `loss_band_seed: [1, None]` became `--loss_band_seed 1 None` and the problem was "unrecognised
+    arguments: None", naming no key (CI's hypothesis draw)."""
+    with pytest.raises(tunebench.InputError) as error:
+        tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"model_name_or_path": "preset:llama-tiny",
+                                                                     "loss_band_seed": value}}], device="cpu")
+    [problem] = error.value.problems
+    assert "loss_band_seed" in problem.key and f"expected one value, got a list of {len(value)}" in problem.message
