@@ -344,7 +344,8 @@ SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fa
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
               "test_readme_commands.py": "README.md's commands, run for real",
               "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)",
-              "test_packaging.py": "the wheel the repository builds"}
+              "test_packaging.py": "the wheel the repository builds",
+              "test_benchmark_py.py": "benchmark.py, the entry point, as a process"}
 
 
 def _stems(folder: Path) -> set[str]:

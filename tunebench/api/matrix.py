@@ -174,8 +174,13 @@ class Matrix:
                                         PYTHON_SOURCE, problems)
         try:
             checked = MatrixOptions.checked(PYTHON_SOURCE, **options)
-        except InputError as exc:  # the options' problems and the scenarios', together
-            raise InputError(exc.problems + problems) from None
+        except InputError as exc:  # the scenarios are still checked, under the options that are right
+            problems = exc.problems + problems
+            wrong = {problem.key for problem in exc.problems}
+            try:
+                checked = MatrixOptions.checked(PYTHON_SOURCE, **{k: v for k, v in options.items() if k not in wrong})
+            except InputError:
+                raise InputError(problems) from None
         with api_words((MatrixOptions, PYTHON_SOURCE)):
             return build(checked, problems, scenario_file=scenario_file, scenarios_source=PYTHON_SOURCE)
 
@@ -205,7 +210,9 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
     every problem found (`problems`: a caller's own, such as the command line's, reported together with these).
     `runs_here` False: a matrix only planned (`benchmark.py plan`), which needs no usable GPU."""
     problems = list(problems or [])
+    before = len(problems)
     inputs = inputs or MatrixInputs.load(options, problems, runs_here)
+    shared_broken = len(problems) > before  # defaults, framework configs, GPUs: every experiment depends on them
     given = (scenario_file, scenarios_source) if scenario_file is not None else (None, None)
     if scenario_file is None:
         scenarios_source = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"
@@ -213,7 +220,9 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
         if not options.scenarios and inputs.device_type == "cpu":
             logger.info("no GPU found: using the CPU scenario set %s", scenarios_source)
         scenario_file = load_scenarios(scenarios_source, problems)
-    if problems:
+    # The caller's problems (the command line's) and a scenario file's own do not stop the experiments' checks:
+    # every problem is reported in one go, not one round trip per layer.
+    if problems and (shared_broken or not scenario_file.scenarios):
         raise InputError(problems)
     experiments = _experiments(options, inputs, scenario_file, scenarios_source, problems)
     if not experiments and not problems:
@@ -242,7 +251,7 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
     say_once(missed_gpu_counts(selected, matrices.num_gpus, source))  # a scenario left out is said
     if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
         raise InputError(
-            [
+            problems + [
                 InputProblem(
                     "command line",
                     "--repeats" if options.repeats > 1 else "matrix",

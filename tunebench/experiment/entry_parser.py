@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import json
 import logging
@@ -129,6 +130,34 @@ class EntryParser:
             raise ArgumentError(f"unrecognised arguments: {' '.join(remaining)}")
         parsed = vars(namespace)
         return {group: {k: parsed[k] for k in given if k in keys} for group, keys in self.fields.items()}
+
+    def typed_values_by_key(self, arguments: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
+                                                                       dict[str, tuple[str, str]]]:
+        """The typed values of the keys whose values parse, and {key: (why not, fix)} for each that does not: argparse
+        stops at the first bad value, so a user with three would need three round trips."""
+        try:
+            return self.typed_values(arguments), {}
+        except ArgumentError:
+            pass
+        refused = {}
+        for key, value in arguments.items():  # rare (a matrix with a bad value): one parse per key
+            try:
+                self.typed_values({key: value})
+            except ArgumentError as exc:
+                refused[key] = self.in_key_words(key, value, str(exc))
+        return self.typed_values({k: v for k, v in arguments.items() if k not in refused}), refused
+
+    def in_key_words(self, key: str, value: Any, message: str) -> tuple[str, str]:
+        """argparse's `argument --peft_method/--peft-method: invalid choice: ...` said of a key of a file or dict
+        (no command-line flags), and its fix: the closest choice where there is one."""
+        said = message.split(": ", 1)[1] if message.startswith("argument --") and ": " in message else message
+        action = self.parser._option_string_actions.get(f"--{key}")
+        if action is not None and action.choices and "invalid choice" in said:
+            choices = {str(c).lower(): str(c) for c in action.choices}  # `LoRA` means `lora`
+            close = difflib.get_close_matches(str(value).lower(), list(choices), n=1, cutoff=0.5)
+            if close:
+                return said, f"did you mean {choices[close[0]]!r}?"
+        return said, "give a value of the expected type"
 
 
 

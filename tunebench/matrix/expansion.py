@@ -4,6 +4,7 @@ until validation types them)."""
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import logging
 from dataclasses import dataclass
@@ -102,14 +103,18 @@ def expand(
                                          f"expected a model name or a list of them, got {shown(models)}",
                                          "e.g. `model_name_or_path: [preset:llama-tiny]`"))
             continue
+        names = list(scenario.framework_configs)
         for fc_name in scenario.framework_configs:
-            fc = framework_configs.get(fc_name or BASELINE)
-            if fc is None:
+            if framework_configs.get(fc_name or BASELINE) is None:
                 problems.append(InputProblem(
                     scenarios_source, f"{scenario.name}.framework_config",
-                    f"unknown framework config {fc_name!r}",
-                    "use one of: null, " + ", ".join(sorted(n for n in framework_configs if n != BASELINE)),
-                ))
+                    f"unknown framework config {fc_name!r}", _config_fix(str(fc_name), framework_configs)))
+                names.remove(fc_name)
+        # a scenario none of whose configs is known still has its arguments checked, under the baseline's: every
+        # problem in one go (the problem above means nothing runs)
+        for fc_name in names or ([None] if scenario.framework_configs else []):
+            fc = framework_configs.get(fc_name or BASELINE)
+            if fc is None:
                 continue
             layers = _Layers(defaults, data_processing, scenario, fc, device_type, accelerate_config, scenarios_source,
                              defaults_source)
@@ -192,3 +197,10 @@ class _Layers:
                               device_type=self.device_type, arguments=args, effective_batch_size=ebs,
                               slow=scenario.slow, exclusive=scenario.exclusive, timeout=scenario.timeout,
                               accelerate_config=self.accelerate_config)
+
+
+def _config_fix(name: str, framework_configs: dict) -> str:
+    """The closest framework config's name (a list of 50 would hide it), else the names."""
+    names = sorted(n for n in framework_configs if n != BASELINE)
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"did you mean {close[0]!r}?" if close else "use one of: null, " + ", ".join(names)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +11,7 @@ from tunebench.errors import InputProblem
 from tunebench.experiment import acceleration
 from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
 from tunebench.experiment.data import data_source_problem
-from tunebench.experiment.entry_parser import ArgumentError, build_entry, checkpointing_renames, entry_parser
+from tunebench.experiment.entry_parser import build_entry, checkpointing_renames, entry_parser
 from tunebench.experiment.model_config import config_problem
 from tunebench.experiment.models import resolve_model_source
 from tunebench.experiment.nested import nested_problems
@@ -29,7 +28,6 @@ logger = logging.getLogger(__name__)
 _DEVICE_MESSAGES = ("bf16", "fp16", "gpu", "cuda", "fsdp", "torch_compile", "mixed precision")
 # Keys the harness sets per experiment folder: a user's value would be overwritten, so it is not checked.
 _HARNESS_KEYS = ("output_dir", "results_json", "use_cpu")
-_ARGUMENT = re.compile(r"argument --([A-Za-z0-9_]+)")  # how argparse names the option it refuses
 
 
 @dataclass
@@ -83,30 +81,20 @@ def _located(sources: Sources, experiment: ExperimentSpec, key: str) -> tuple[st
     return source, where + key[len(base):]
 
 
-def _parse_problem(experiment: ExperimentSpec, sources: Sources, message: str) -> InputProblem:
-    """HfArgumentParser's refusal (`argument --tf32: Truthy value expected: ...`) at the file and scenario that
-    gave the key."""
-    named = _ARGUMENT.match(message)
-    key = named.group(1) if named else ""
-    if key in experiment.arguments:
-        source, where = sources.origin(experiment, key)
-    else:
-        source, where = sources.scenarios_path, f"scenario {experiment.scenario!r}"
-    return InputProblem(source, where, message, "give a value of the expected type")
-
-
-def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tuple[dict | None, list[InputProblem]]:
-    """The experiment's typed values (the one parse), and whether its objects can be built with them."""
-    arguments = {k: v for k, v in experiment.arguments.items() if k not in _HARNESS_KEYS}
-    try:
-        typed = entry_parser().typed_values(arguments)
-    except ArgumentError as exc:
-        return None, [_parse_problem(experiment, sources, str(exc))]
+def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool,
+           unknown: set[str]) -> tuple[dict, list[InputProblem]]:
+    """The experiment's typed values (the one parse) of every key that parses, and what is wrong with the others;
+    where nothing is, whether its objects can be built with them."""
+    arguments = {k: v for k, v in experiment.arguments.items() if k not in _HARNESS_KEYS and k not in unknown}
+    typed, refused = entry_parser().typed_values_by_key(arguments)
+    problems = [InputProblem(*sources.origin(experiment, key), message, fix)
+                for key, (message, fix) in refused.items()]
     here = cuda_here or experiment.device_type == "cpu"  # a GPU matrix planned on a laptop needs no GPU package
-    nested = [InputProblem(*_located(sources, experiment, key), message, fix)
-              for key, message, fix in nested_problems(typed["training"], installed_here=here)]
-    if nested:  # transformers would stop at the first with a bare int() error, or ignore the key
-        return None, nested
+    # transformers would stop at the first with a bare int() error, or ignore the key
+    problems += [InputProblem(*_located(sources, experiment, key), message, fix)
+                 for key, message, fix in nested_problems(typed["training"], installed_here=here)]
+    if problems or unknown:  # SFTConfig's checks of the arguments together wait for every argument to be right
+        return typed, problems
     probe = {group: dict(values) for group, values in typed.items()}
     probe["training"].update(output_dir="/nonexistent/tunebench-validate", use_cpu=experiment.device_type == "cpu")
     try:
@@ -115,13 +103,13 @@ def _typed(experiment: ExperimentSpec, sources: Sources, cuda_here: bool) -> tup
         message = str(exc)
         device_specific = any(m in message.lower() for m in _DEVICE_MESSAGES)
         if not (device_specific and experiment.device_type == "cuda" and not cuda_here):
-            return None, [InputProblem(sources.scenarios_path, f"scenario {experiment.scenario!r}", message,
-                                       "adjust the arguments named in the message")]
-    return typed, []
+            problems.append(InputProblem(sources.scenarios_path, f"scenario {experiment.scenario!r}", message,
+                                         "adjust the arguments named in the message"))
+    return typed, problems
 
 
-def _problems_of(spec: ExperimentSpec, sources: Sources, cuda_here: bool = True) -> list[InputProblem]:
-    """What the typed values say: ranges, the model and the data, memory logging, the step windows."""
+def _value_problems(spec: ExperimentSpec, sources: Sources) -> list[InputProblem]:
+    """What each typed value says on its own: ranges, the model, the data, memory logging."""
     problems = []
     for key, problem in range_problems(spec.entry, ENTRY_GROUPS).items():
         source, where = sources.origin(spec, key)
@@ -141,15 +129,23 @@ def _problems_of(spec: ExperimentSpec, sources: Sources, cuda_here: bool = True)
         source, where = sources.origin(spec, "training_data_path")
         problems.append(InputProblem(source, where, data_problem,
                                      "use 'synthetic', an existing .json/.jsonl/.parquet file or a hub id org/name"))
+    try:
+        parse_memory_logging(spec.value("bench", "memory_logging"))
+    except ValueError as exc:
+        source, where = sources.origin(spec, "memory_logging")
+        problems.append(InputProblem(source, where, str(exc),
+                                     "use a comma list of scanner, huggingface, nvidia, all, none"))
+    return problems
+
+
+def _combination_problems(spec: ExperimentSpec, sources: Sources, cuda_here: bool) -> list[InputProblem]:
+    """What the typed values say together: the accelerations and the step windows (asked only once every value
+    is right: a misspelt `max_step` would otherwise also read as max_steps too small)."""
+    problems = []
     for found in acceleration.problems(spec.entry, spec.device_type, installed_here=cuda_here):
         source, where = sources.origin(spec, found.key)
         problems.append(InputProblem(source, where, found.message, found.fix))
-    try:
-        scanning = "scanner" in parse_memory_logging(spec.value("bench", "memory_logging"))
-    except ValueError as exc:
-        source, where = sources.origin(spec, "memory_logging")
-        return [*problems, InputProblem(source, where, str(exc),
-                                        "use a comma list of scanner, huggingface, nvidia, all, none")]
+    scanning = "scanner" in parse_memory_logging(spec.value("bench", "memory_logging"))
     try:
         plan_windows(spec.value("bench", "steady_warmup_steps"), spec.value("training", "max_steps"),
                      spec.value("bench", "scan_steps"), spec.value("bench", "scan_time_steps"), scanning)
@@ -162,6 +158,20 @@ def _problems_of(spec: ExperimentSpec, sources: Sources, cuda_here: bool = True)
     return problems
 
 
+def _experiment_problems(experiment: ExperimentSpec, known: set[str], sources: Sources,
+                         cuda_here: bool) -> tuple[ExperimentSpec, list[InputProblem], list[str]]:
+    """The typed experiment, every problem of it at once, and the lines saying what the run would change."""
+    found = _unknown_keys(experiment, known, sources)
+    unknown = {key for key in experiment.arguments if key not in known}
+    typed, parse_found = _typed(experiment, sources, cuda_here, unknown)
+    spec = dataclasses.replace(experiment, entry=typed)
+    found += parse_found + _value_problems(spec, sources)
+    if found:
+        return spec, found, []
+    said, contradictions = typed_settings(spec, sources.origin)
+    return spec, _combination_problems(spec, sources, cuda_here) + contradictions, said
+
+
 def validate(experiments: list[ExperimentSpec], sources: Sources,
              cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
     """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
@@ -169,20 +179,13 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
     seen, problems, typed_specs, lines = set(), [], [], []
     _probe_fms(experiments)
     for experiment in experiments:
-        found = _unknown_keys(experiment, known, sources)
-        spec = None
-        if not found:
-            typed, found = _typed(experiment, sources, cuda_here)
-            if typed is not None:
-                spec = dataclasses.replace(experiment, entry=typed)
-                said, contradictions = typed_settings(spec, sources.origin)
-                found = _problems_of(spec, sources, cuda_here) + contradictions
-                lines += said
+        spec, found, said = _experiment_problems(experiment, known, sources, cuda_here)
+        lines += said
         for problem in found:
             if (problem.source, problem.key, problem.message) not in seen:
                 seen.add((problem.source, problem.key, problem.message))
                 problems.append(problem)
-        if spec is not None and not found:
+        if not found:
             typed_specs.append(spec)
     say_once(lines)  # what the run would drop or change, a line per scenario and key
     return typed_specs, problems

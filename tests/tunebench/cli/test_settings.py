@@ -219,3 +219,40 @@ def test_an_attention_implementation_transformers_does_not_know_is_exit_2_naming
     assert code == 2 and len(problems) == 1 and key in problems[0], err
     assert "unknown attention implementation 'bogus_attention' (fix: one of: eager, " in problems[0]
     assert not out_dir.exists()
+
+
+def test_a_scenario_with_four_mistakes_gets_one_message_listing_all_four(tmp_path, capsys):
+    """Issue AC: four typos took four round trips (unknown keys stopped the typing, the first bad value stopped the
+    rest, ranges came last). Each mistake is a different layer of the checks; each is named with its fix."""
+    scenario = {"name": "typos", "framework_config": ["gradient-checkpointng"],
+                "arguments": {"model_name_or_path": ["preset:llama-tiny"], "max_step": 20, "peft_method": "qlora4",
+                              "learning_rate": -1}}
+    code, err, out_dir = run_cli(tmp_path, capsys, "--max_seq_len_matrix", "0", scenarios=[scenario])
+    assert code == 2 and not out_dir.exists()
+    lines = [line for line in err.splitlines() if line.startswith("  - ")]
+    expected = ["--max_seq_len_matrix: expected numbers >= 1",
+                "typos.framework_config: unknown framework config 'gradient-checkpointng' (fix: did you mean "
+                "'gradient-checkpointing'?)",
+                "arguments.max_step: unknown argument (fix: did you mean 'max_steps'?)",
+                "arguments.peft_method: invalid choice: 'qlora4' (choose from 'none', 'lora', 'prompt-tuning') "
+                "(fix: did you mean 'lora'?)",
+                "arguments.learning_rate: -1.0 is out of range"]
+    assert len(lines) == len(expected) and all(any(part in line for line in lines) for part in expected), err
+    assert "5 problem(s)" in err
+    # the misspelt max_step is not also "max_steps too small for the step windows": asked once all is right
+    assert "raise max_steps" not in err
+
+
+def test_the_python_api_answers_in_its_own_words(tmp_path):
+    """Issue AC: `LoRA` from Python was refused as `argument --peft_method/--peft-method: invalid choice`: the
+    command line's words. It names the key of the dict, and what was meant."""
+    import tunebench
+
+    with pytest.raises(tunebench.InputError) as caught:
+        tunebench.Matrix.from_scenarios([tiny_scenario(peft_method="LoRA", lora_alhpa=16)], device="cpu",
+                                        max_seq_len=[0])
+    said = str(caught.value)
+    assert "--" not in said, said
+    assert "arguments.peft_method: invalid choice: 'LoRA'" in said and "did you mean 'lora'?" in said
+    assert "arguments.lora_alhpa: unknown argument (fix: did you mean 'lora_alpha'?)" in said
+    assert "Matrix.from_scenarios: max_seq_len: 0 is out of range" in said

@@ -111,7 +111,7 @@ def test_a_value_of_the_wrong_type_names_the_file_and_the_scenario(tmp_path):
         tunebench.Matrix.from_scenarios([{"name": "s", "arguments": {"tf32": 2}}], device="cpu")
     (problem,) = caught.value.problems
     assert (problem.source, problem.key) == ("Matrix.from_scenarios", "scenario 's': arguments.tf32")
-    assert problem.message.startswith("argument --tf32: Truthy value expected: got 2")
+    assert problem.message.startswith("Truthy value expected: got 2")
     import yaml
 
     from tunebench import cli

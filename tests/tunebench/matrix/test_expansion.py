@@ -96,8 +96,11 @@ def test_identity_is_stable_and_sensitive():
 
 def test_unknown_framework_config_named():
     experiments, problems = run_expand([Scenario("s", ["nope"], {"model_name_or_path": ["preset:llama-tiny"]})])
-    assert not experiments
     assert "unknown framework config 'nope'" in problems[0].message and "gc" in problems[0].fix
+    # its arguments are still checked (every problem in one go), under the baseline: the problem means none runs
+    assert [e.framework_config.name for e in experiments] == ["none"]
+    experiments, problems = run_expand([Scenario("s", ["nope", None], {"model_name_or_path": ["preset:llama-tiny"]})])
+    assert [e.framework_config.name for e in experiments] == ["none"] and len(problems) == 1
 
 
 def test_identity_follows_local_data_file_changes(tmp_path):

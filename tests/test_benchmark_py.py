@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 
 # main is replaced before benchmark.py runs: the signal lands where CI once caught it, deterministically.
 DRIVER = """
