@@ -342,7 +342,7 @@ CODE_FOLDERS = ("tunebench", "scanner", "scripts")
 SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fakes": "fake nvidia-smi and pynvml",
                    "fault": "a sitecustomize that plants faults", "dist": "workers run under torchrun"}
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
-              "test_readme_commands.py": "README.md's commands, run for real",
+              "test_doc_commands.py": "the commands of README.md and the docs pages, read statically",
               "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)",
               "test_packaging.py": "the wheel the repository builds"}
 
