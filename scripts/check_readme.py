@@ -1,12 +1,17 @@
-"""Run every ```bash block of README.md as written, in order, in a copy of the repository and a fresh
-environment, and check each command's exit code (issue Q: a newcomer's commands must all work).
+"""Run every ```bash block of README.md and of the docs pages as written, in order, in a copy of the repository
+and a fresh environment, and check each command's exit code (issue Q: a newcomer's commands must all work).
 
-  python3 scripts/check_readme.py [--skip-suite] [--keep] [--timeout 3600]
+  python3 scripts/check_readme.py [--skip-suite] [--keep] [--timeout 3600] [--readme PAGE ...]
+
+The pages are README.md, then the docs pages in the order of FIRST (the guides first: their set-up makes the
+environment the later pages use); docs/evidence/ holds GPU commands and is never run here. A command whose text
+(its comment aside) already ran earlier in the session is not run again. tests/test_doc_commands.py checks every
+command of the same pages statically in the suite (each benchmark.py command parses, each file it names exists).
 
 Each command line (continuation lines joined) runs in one bash session, so `. .venv/bin/activate` holds for
 the lines after it, exactly as in a terminal. The session starts outside any virtual environment (this
 interpreter's venv is taken off PATH), with a HOME of its own (Ray writes its token there) and the real pip cache.
-A line is skipped, with the reason printed, only where the README's own comment on it says it cannot run here:
+A line is skipped, with the reason printed, only where the page's own comment on it says it cannot run here:
 
 - `GPU only`: where `nvidia-smi -L` lists no GPU;
 - `on every other node`: always (it is meant for another machine);
@@ -37,22 +42,52 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The pages whose ```bash blocks run, in this order: README.md, the set-up (guides/running.md makes .venv), the other
+# guides, then every other page of docs/ (docs/evidence/ excepted). A page left out here still runs, last.
+FIRST = ("README.md", "docs/guides/running.md", "docs/guides/inputs.md", "docs/guides/plan.md", "docs/guides/tune.md",
+         "docs/guides/results.md", "docs/compare.md", "docs/guides/history.md", "docs/guides/clusters.md",
+         "docs/python-api.md", "docs/from-fms.md")
+
+
+def doc_pages(repo: Path = REPO) -> list[Path]:
+    """README.md and the docs pages whose commands are checked, in the order they run."""
+    rest = sorted(p.relative_to(repo).as_posix() for p in (repo / "docs").rglob("*.md")
+                  if "evidence" not in p.relative_to(repo / "docs").parts)
+    return [repo / name for name in dict.fromkeys([*FIRST, *rest]) if (repo / name).is_file()]
 
 
 @dataclass
 class Command:
-    line: int      # README line where the command starts
+    line: int      # line of its page where the command starts
     text: str      # as written, continuation lines joined with their backslashes
     comment: str   # the trailing comment of its last line, lower case ("" when none)
+    page: str = "README.md"  # the page it is on, relative to the repository where it is in it
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    @property
+    def bare(self) -> str:
+        """The command without its comments and continuation backslashes, whitespace collapsed: what runs."""
+        lines = [line.split("  # ", 1)[0].rstrip().removesuffix("\\") for line in self.text.splitlines()]
+        return " ".join(" ".join(lines).split())
 
 
-def readme_commands(readme: Path) -> list[Command]:
-    """Every command of every ```bash block, in README order."""
+def page_name(page: Path) -> str:
+    try:
+        return page.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return page.name
+
+
+def readme_commands(readme: Path, fence: str = "bash") -> list[Command]:
+    """Every command of every ```bash block (or ```<fence> block) of one page, in page order."""
     commands: list[Command] = []
     in_block, pending, start = False, [], 0
     for number, line in enumerate(readme.read_text(encoding="utf-8").splitlines(), start=1):
         if line.startswith("```"):
-            in_block = line.strip() == "```bash"
+            in_block = line.strip() == f"```{fence}"
             continue
         if not in_block or (not pending and (not line.strip() or line.lstrip().startswith("#"))):
             continue
@@ -61,7 +96,7 @@ def readme_commands(readme: Path) -> list[Command]:
         pending.append(line)
         if not line.rstrip().endswith("\\"):
             comment = line.split("  # ", 1)[1] if "  # " in line else ""
-            commands.append(Command(start, "\n".join(pending), comment.strip().lower()))
+            commands.append(Command(start, "\n".join(pending), comment.strip().lower(), page_name(readme)))
             pending = []
     return commands
 
@@ -81,8 +116,9 @@ def slurm_answers() -> bool:
     return found.returncode == 0 and bool(found.stdout.strip())
 
 
-def skip_reason(command: Command, skip_suite: bool) -> str | None:
-    """Why this command cannot run on this machine, from the README's own words; None: it runs."""
+def skip_reason(command: Command, skip_suite: bool, ran: dict[str, str] | None = None) -> str | None:
+    """Why this command does not run on this machine, from its page's own words, or because the same command ran
+    earlier in the session (`ran`: command → where); None: it runs."""
     if "on every other node" in command.comment:
         return "meant for another machine"
     if "gpu only" in command.comment and not has_gpu():
@@ -94,7 +130,21 @@ def skip_reason(command: Command, skip_suite: bool) -> str | None:
         return f"needs {needs.group(1)}, which is not on PATH"
     if skip_suite and re.search(r"\btox -e test\b", command.text):
         return "the test suite: CI runs it itself (--skip-suite)"
+    if ran is not None and command.bare in ran:
+        return f"the same command ran above ({ran[command.bare]})"
     return None
+
+
+def skips_of(commands: list[Command], skip_suite: bool) -> dict[int, str]:
+    """index → why that command does not run; the first of identical commands runs, the others are skipped."""
+    skips, ran = {}, {}
+    for index, command in enumerate(commands):
+        reason = skip_reason(command, skip_suite, ran)
+        if reason:
+            skips[index] = reason
+        else:
+            ran[command.bare] = command.where
+    return skips
 
 
 def copy_repository(target: Path) -> None:
@@ -109,7 +159,7 @@ def copy_repository(target: Path) -> None:
 
 
 def fresh_environment(home: Path) -> dict[str, str]:
-    """This environment without the running interpreter's venv: the README's commands start from nothing."""
+    """This environment without the running interpreter's venv: the pages' commands start from nothing."""
     env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}}
     ours = os.path.join(sys.prefix, "bin") if sys.prefix != sys.base_prefix else None
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != ours)
@@ -126,7 +176,7 @@ def session_script(commands: list[Command], skips: dict[int, str], logs: Path, c
         if index in skips:
             continue
         text = command.text.replace("HEAD_IP", "127.0.0.1")
-        parts.append(f"echo '[README line {command.line}]' >&2")
+        parts.append(f"echo '[{command.where}]' >&2")
         parts.append(f"{{\n{text}\n}} >{shlex.quote(str(logs / f'{index}.log'))} 2>&1")
         parts.append(f"echo {index} $? >&3")
     return "\n".join(parts) + "\n"
@@ -140,7 +190,7 @@ def isolated(command: list[str]) -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         usable = False
     if not usable:
-        print("README check: no PID namespace here (unshare needs root): the README's `ray stop` will stop every "
+        print("README check: no PID namespace here (unshare needs root): the cluster guide's `ray stop` stops every "
               "Ray process of this user on the machine", flush=True)
     return [*wrap, *command] if usable else command
 
@@ -157,7 +207,7 @@ def take_turn() -> int:
 
 
 def stop_ray(repo_copy: Path, env: dict[str, str]) -> None:
-    """A Ray head the README started must not outlive the check (with whichever ray the session installed)."""
+    """A Ray head the pages started must not outlive the check (with whichever ray the session installed)."""
     ray = repo_copy / ".venv" / "bin" / "ray"
     if ray.exists():
         subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True, timeout=120)
@@ -168,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-suite", action="store_true", help="skip `tox -e test` (CI runs it itself)")
     parser.add_argument("--keep", action="store_true", help="keep the working copy and logs")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for all the commands together")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md", help="the markdown file to check")
+    parser.add_argument("--readme", type=Path, nargs="+", default=None,
+                        help="the markdown pages to check, in order (default: README.md and the docs pages)")
     args = parser.parse_args(argv)
 
-    commands = readme_commands(args.readme)
-    skips = {i: reason for i, c in enumerate(commands) if (reason := skip_reason(c, args.skip_suite))}
+    commands = [command for page in (args.readme or doc_pages()) for command in readme_commands(page)]
+    skips = skips_of(commands, args.skip_suite)
     work = Path(tempfile.mkdtemp(prefix="readme-check-"))
     repo_copy, home, logs = work / "tunebench", work / "home", work / "logs"
     for folder in (repo_copy, home, logs):
@@ -200,11 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     for index, command in enumerate(commands):
         first = command.text.splitlines()[0]
         if index in skips:
-            print(f"  skip  line {command.line}: {first}\n        ({skips[index]})")
+            print(f"  skip  {command.where}: {first}\n        ({skips[index]})")
             continue
         code = exit_codes.get(index)
         mark = "ok" if code == 0 else f"FAIL ({'did not run to the end' if code is None else f'exit {code}'})"
-        print(f"  {mark:5} line {command.line}: {first}")
+        print(f"  {mark:5} {command.where}: {first}")
         if code != 0:
             failed += 1
             log = logs / f"{index}.log"

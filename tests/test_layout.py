@@ -139,11 +139,11 @@ def test_no_import_cycles(folder):
     assert cycles == [], f"import cycles in {folder}/: {cycles}"
 
 
-# tunebench's layers, top to bottom (README "Data flow"): a module imports only from its own layer or the ones
-# below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design that points up). Root
-# modules (errors, fileio, lifetime) are the base. Planning sits below verify and results: a prediction stands on
-# the experiment's typed settings alone (as scanner/ does on the Trainer), and the verify oracle and the report's
-# prediction section read its rules (peak_rules, prediction_errors), never the other way.
+# tunebench's layers, top to bottom (docs/explanations/data-flow.md): a module imports only from its own layer or the
+# ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design that points up). Root
+# modules (errors, fileio, lifetime) are the base. Planning sits below verify and results: a prediction stands on the
+# experiment's typed settings alone (as scanner/ does on the Trainer), and the verify oracle and the report's prediction
+# section read its rules (peak_rules, prediction_errors), never the other way.
 LAYERS = ("cli", "history", "tuning", "api", "matrix", "execution", "verify", "results", "planning", "experiment",
           "telemetry", "base")
 
@@ -342,7 +342,7 @@ CODE_FOLDERS = ("tunebench", "scanner", "scripts")
 SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fakes": "fake nvidia-smi and pynvml",
                    "fault": "a sitecustomize that plants faults", "dist": "workers run under torchrun"}
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
-              "test_readme_commands.py": "README.md's commands, run for real",
+              "test_doc_commands.py": "the commands of README.md and the docs pages, read statically",
               "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)",
               "test_packaging.py": "the wheel the repository builds",
               "test_benchmark_py.py": "benchmark.py, the entry point, as a process"}

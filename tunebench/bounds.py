@@ -1,5 +1,5 @@
 """Ranges of numeric inputs (options, arguments, values read from files): finite, within bounds, and described
-the same way in messages, `--help` and the README."""
+the same way in messages, `--help` and the docs."""
 
 from __future__ import annotations
 

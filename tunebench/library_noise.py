@@ -10,7 +10,7 @@ logger = logging.getLogger(__name__)
 class DropInt8CastNotice(logging.Filter):
     """bitsandbytes' 8-bit matmul logs "inputs will be cast ... to float16" on every call of every layer (tens of
     thousands of lines a run, and the logging's own host time inside the measured step): a property of LLM.int8,
-    documented in the README, not news for each matmul."""
+    documented in docs/guides/plan.md, not news for each matmul."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")

@@ -2,7 +2,8 @@
 
     python scripts/bench/tune_overhead.py --repo CHECKOUT --out OUT [--runs 3]
 
-Runs the README's CPU tune (`--model preset:llama-tiny --max_seq_len 64 --effective_batch 8 --peft lora`) in a
+Runs the docs' CPU tune (docs/guides/running.md: `--model preset:llama-tiny --max_seq_len 64 --effective_batch 8
+--peft lora`) in a
 fresh results folder of CHECKOUT's benchmark.py, `--runs` times, and prints per run: wall seconds, the summed
 `experiment_wall_seconds` of the rows the run wrote (launch to end of each experiment), experiments, and the
 difference (host overhead: start-up, predictions, building and validating each batch, preload, CSVs, report).

@@ -56,14 +56,27 @@ def test_skips_only_where_the_readme_says_so(monkeypatch):
     assert reason(Command(1, "x", "gpu only: 2 nodes"), False) is None
 
 
-def test_the_real_readme_runs_everything_but_marked_lines(monkeypatch):
+def test_the_real_pages_run_everything_but_marked_and_repeated_lines(monkeypatch):
     monkeypatch.setattr(check_readme, "has_gpu", lambda: False)
     monkeypatch.setattr(check_readme, "slurm_answers", lambda: False)
-    commands = check_readme.readme_commands(REPO / "README.md")
-    skipped = [c for c in commands if check_readme.skip_reason(c, skip_suite=True)]
-    assert len(commands) >= 20
-    # Only the suite, the other node's join, the 16-GPU line, Slurm and (without chromium) the screenshot.
-    assert len(skipped) <= 6, [c.text for c in skipped]
+    pages = check_readme.doc_pages()
+    assert [p.name for p in pages[:2]] == ["README.md", "running.md"]  # the set-up before what needs it
+    assert not any("evidence" in p.parts for p in pages)
+    commands = [c for page in pages for c in check_readme.readme_commands(page)]
+    skips = check_readme.skips_of(commands, skip_suite=True)
+    assert len(commands) >= 30
+    # The suite, the other node's join, the 16-GPU line, Slurm's two, (without chromium) the screenshot, and the
+    # commands a later page repeats.
+    marked = [commands[i].text for i, why in skips.items() if not why.startswith("the same command ran above")]
+    assert len(marked) <= 6, marked
+
+
+def test_a_repeated_command_runs_once():
+    Command = check_readme.Command
+    commands = [Command(1, "python benchmark.py --results_output_path out   # here", "here", "a.md"),
+                Command(5, "python benchmark.py  --results_output_path out", "", "b.md"),
+                Command(6, "python benchmark.py --results_output_path other", "", "b.md")]
+    assert check_readme.skips_of(commands, skip_suite=False) == {1: "the same command ran above (a.md:1)"}
 
 
 @pytest.mark.slow
@@ -75,23 +88,24 @@ def test_one_failure_fails_the_check_and_the_session_goes_on(tmp_path, capsys, m
                       "never-run-here   # GPU only\ntest -f README.md && test -f benchmark.py\n```\n")
     assert check_readme.main(["--readme", str(readme), "--timeout", "120"]) == 1
     out = capsys.readouterr().out
-    assert "ok    line 2: export GREETING=hello" in out
-    assert "FAIL (exit 1) line 3: false" in out
-    assert "ok    line 4:" in out and "ok    line 6:" in out  # the session kept its variable and went on
-    assert "skip  line 5: never-run-here" in out
+    assert "ok    README.md:2: export GREETING=hello" in out
+    assert "FAIL (exit 1) README.md:3: false" in out
+    assert "ok    README.md:4:" in out and "ok    README.md:6:" in out  # the session kept its variable and went on
+    assert "skip  README.md:5: never-run-here" in out
     assert "3 ok, 1 failed, 1 skipped" in out
 
 
 def test_what_the_recipes_write_in_the_clone_is_ignored_by_git():
     """Issue W2: the recipes' outputs (the history store, its lock, its report and Parquet, the Python example's
-    folder) showed up as untracked files. Every relative output path the README and docs name is ignored."""
+    folder) showed up as untracked files. Every relative output path the README and the docs pages name is
+    ignored."""
     import re
     import shutil
     import subprocess
 
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("no git checkout here")
-    texts = "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    texts = "\n".join(p.read_text() for p in check_readme.doc_pages())
     named = set(re.findall(r"(?:--results_output_path|--parquet|--workdir) ([A-Za-z][\w.-]*)", texts))
     outputs = {f"{name}/file" for name in named} | {
         "history.duckdb", "history.duckdb.lock", "history.duckdb.wal", "history.html", "out-example/run/x.csv",

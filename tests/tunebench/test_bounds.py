@@ -1,4 +1,4 @@
-"""tunebench/bounds.py: a Range's verdict on a value and its description, as messages, `--help` and the README say
+"""tunebench/bounds.py: a Range's verdict on a value and its description, as messages, `--help` and the docs say
 them."""
 
 import math

@@ -1,7 +1,7 @@
-"""benchmark.py's options: one argparse parser whose help texts, types and ranges are the README's option table.
+"""benchmark.py's options: one argparse parser whose help texts, types and ranges are the docs' option table.
 
-`python -m tunebench.cli.readme_tables` writes that table (and the training arguments') into the README; a test
-fails when they differ, so the README, `--help` and the checks cannot drift apart.
+`python -m tunebench.cli.reference_tables` writes that table (and the training arguments') into docs/reference/; a test
+fails when they differ, so the docs, `--help` and the checks cannot drift apart.
 """
 
 from __future__ import annotations
@@ -130,8 +130,9 @@ def _input_options(opt) -> None:
     opt("--accelerate_config", metavar="YAML", default=str(REPO_ROOT / "accelerate.yaml"),
         help="accelerate config of multi-process runs (`accelerate.yaml`); must exist")
     opt("--results_output_path", metavar="DIR", default="results",
-        help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (README \"What tunebench "
-        "does with your files\"). One harness per folder: a second one is refused (exit 2, naming the holder)")
+        help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (docs/guides/running.md, "
+        "\"What tunebench does with your files\"). One harness per folder: a second one is refused (exit 2, naming "
+        "the holder)")
     opt("--device", choices=Device.values(), default=Device.AUTO.value,
         help="`auto` = cuda when nvidia-smi lists GPUs")
     opt("--acceleration_framework_config_keypairs", nargs="+", metavar="NAME FILE",
@@ -159,7 +160,7 @@ def _run_options(opt) -> None:
         "× sequence length, in `<out>/fit_map.csv`")
     opt("--project_from", metavar="RESULTS", help="with `benchmark.py plan`: every measured experiment of a results "
         "folder projected onto --plan_device (steady tokens/s, phases, cost, energy, memory verdict) in "
-        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README "
+        "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (docs/guides/plan.md, "
         "\"Projection\")")
     opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the GPU table that --plan_device "
         "names resolve in (`tunebench/planning/projection/gpus.yaml`: memory, compute capability, rates)")

@@ -37,7 +37,7 @@ def add_plugin_options(parser: argparse.ArgumentParser) -> None:
 
 
 def plugin_ranges() -> dict[str, Range]:
-    """flag → the range its plugin declared, for the edge check and the README's table."""
+    """flag → the range its plugin declared, for the edge check and the options reference page."""
     return {field.metadata["option"]: field.metadata["range"] for _, settings_class in plugin_settings_classes()
             for field in settings_fields(settings_class) if field.metadata.get("range") is not None}
 

@@ -18,13 +18,17 @@ DESCRIPTION = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry: 0 = report written, 2 = usage or input error."""
+def build_parser() -> Parser:
     p = Parser(prog="benchmark.py report", description=DESCRIPTION)
     p.add_argument("results", help="results directory (uses raw_summary.csv) or a CSV")
     p.add_argument("--out", default=None, help="HTML file to write (default: <results dir>/report.html)")
     p.add_argument("--reference", default=None, help="also compare with this reference: a CSV or a results directory")
-    args = parse(p, argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: 0 = report written, 2 = usage or input error."""
+    args = parse(build_parser(), argv)
     if isinstance(args, int):
         return args
     try:

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt("--plan_device", default=None, help="GPU memory to fit (a name of the GPU table, or a size, e.g. 80GiB); "
         "default the GPU present; a size on CPU is a per-process budget (a GPU name contradicts a CPU run)")
     opt("--project_to", default=None, help="rank the points for this GPU kind (a name of the GPU "
-        "table), from the runs here projected onto it (README \"Projection\"); it also prunes what would not fit it")
+        "table), from the runs here projected onto it (docs/guides/plan.md, \"Projection\"); it also prunes what would "
+        "not fit it")
     opt("--gpu_table", default=None, help="a YAML of GPU figures for --project_to and --plan_device (gpus.yaml's "
         "form)")
     opt("--lora_ranks", nargs="+", type=int, default=[16], help="LoRA ranks in the space")

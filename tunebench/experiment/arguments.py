@@ -2,8 +2,8 @@
 
 Each field's metadata carries its `help`; numbers have a range (tunebench.experiment.ranges.ENTRY_RANGES; argparse
 takes every metadata key as an option, so ranges live beside the fields). The harness checks every experiment
-against them before anything runs, and the README's argument table is made from them
-(`python -m tunebench.cli.readme_tables`), so the two cannot drift apart.
+against them before anything runs, and the argument reference page (docs/reference/arguments.md) is made from them
+(`python -m tunebench.cli.reference_tables`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ModelArguments:
     fms_plugins: str = field(
         default="", metadata={"help": "fms-acceleration plugin configuration: the `plugins:` mapping of an fms sample "
                               "configuration (GPTQ or bitsandbytes bases, foak's fused kernels); the framework "
-                              "configs of fms's names carry them (README \"Coming from fms-acceleration\")"})
+                              "configs of fms's names carry them (docs/from-fms.md)"})
 
 
 @dataclass
@@ -143,7 +143,8 @@ class BenchArguments:
     loss_band_seed: int = field(
         default=0, metadata={"help": "0: a micro-batch's rows in the sampler's order; k > 0: permuted by a generator "
                              "seeded with k — the same data and numerics, the arithmetic reordered (a loss-band "
-                             "run: framework configs `loss-band-<k>`, README \"Loss parity\")"})
+                             "run: framework configs `loss-band-<k>`, docs/explanations/accelerations.md, "
+                             "\"Loss parity\")"})
     loss_band_kind: Literal["rows", "last_bit"] = field(
         default="rows", metadata={"help": "what a band run (loss_band_seed > 0) perturbs: `rows`, the order of a "
                                   "micro-batch's rows only; `last_bit`, also every linear layer's output by one unit "

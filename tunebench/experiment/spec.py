@@ -103,7 +103,7 @@ class ExperimentSpec:
             raise ValueError(f"{self.folder_name}: not validated yet (tunebench.matrix.validation types it)")
         return group_value(group, self.entry.get(group, {}), key)
 
-    # The settings read most often, typed (the names the CSV and the README use are their TrainingArguments ones).
+    # The settings read most often, typed (the names the CSV and the docs use are their TrainingArguments ones).
     micro_batch = _setting("training", "per_device_train_batch_size",
                            "Samples per device per forward/backward (`per_device_train_batch_size`).")
     grad_accum = _setting("training", "gradient_accumulation_steps",

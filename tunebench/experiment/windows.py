@@ -3,7 +3,8 @@
 The defaults place every perturbation inside the warm-up: the memory scan (saved-tensor hooks, per-parameter
 gradient hooks, allocator history, a host sync and the history replay at its end) runs on the last warm-up
 step but one, the step after it absorbs that end-of-scan host work, and the steady window starts clean. The
-phase-timed steps carry only light hooks (a few CUDA events per step: no measurable cost, see the README) and
+phase-timed steps carry only light hooks (a few CUDA events per step: no measurable cost, see
+docs/explanations/scanner.md) and
 are the whole steady window, so the step the scanner reports is the run's median step even when step times
 scatter (host-bound runs); `scan_time_step_vs_median` checks its time against the step timer's median.
 """

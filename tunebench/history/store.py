@@ -1,6 +1,6 @@
 """The history store: runs, their experiment rows and step times in one DuckDB file, each run added in one transaction.
 
-Tables (README "History"):
+Tables (docs/guides/history.md, "The store's schema"):
 * `runs`: one row per run (a results folder, or one repeat of it with --each_repeat): run_id, label, where it came
   from, when it started and was added, and the run's metadata (tunebench commit, package versions, CUDA, driver,
   GPU, host).

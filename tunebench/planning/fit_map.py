@@ -109,7 +109,7 @@ def fit_map(experiments, capacity: int, device_name: str | None, gpu_arch: int |
         why = sharding_note(experiment, dataclasses.replace(shape, micro_batch=max(best, 1)), at or beyond, cuda,
                             cache, gpu_arch)
         counted = "; ".join(filter(None, [why, counted])) or None
-        if not best:  # the README's "not even 1": what micro-batch 1 needs, against what the device offers
+        if not best:  # docs/guides/plan.md's "not even 1": what micro-batch 1 needs, against what the device offers
             usable = usable_bytes(beyond)
             counted = "; ".join(note for note in (counted, (
                 f"not even micro-batch 1 fits: it needs {memory_text(beyond['pred_mem_reserved'])} reserved, "

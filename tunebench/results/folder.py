@@ -1,7 +1,7 @@
 """The results folder: whether tunebench may write into a folder, what it may remove there, its experiment folders.
 
-The promise to the user (README "What tunebench does with your files"): tunebench writes only inside the
-results folder, deletes only what it made, and never adopts a folder that holds someone else's files.
+The promise to the user (docs/guides/running.md, "What tunebench does with your files"): tunebench writes only
+inside the results folder, deletes only what it made, and never adopts a folder that holds someone else's files.
 
 * A folder is tunebench's when it holds the ownership marker (written only into folders tunebench creates or
   finds empty) or when every entry in it is something tunebench writes (results from before the marker).

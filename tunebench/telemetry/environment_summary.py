@@ -3,7 +3,7 @@
 `steady_environment_columns` reads the samples taken during the steady window (steps.json gives it) and names
 what else used the experiment's GPUs and host; `explain` compares two groups of rows (a reference and a new
 run, or two regimes of a history) and names what moved between them; `problems` names what was wrong in one
-group by itself ("why unstable"). compare and history both use them. Column meanings: README "CSV columns".
+group by itself ("why unstable"). compare and history both use them. Column meanings: docs/reference/columns.md.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def explain(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 class SteadyEnvironmentTracker:
-    """Always on: what else used the experiment's GPUs and host during its steady window (README "CSV columns")."""
+    """Always on: what else used the experiment's GPUs and host during its steady window (docs/reference/columns.md)."""
 
     name = "steady_environment"
 

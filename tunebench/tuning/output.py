@@ -135,8 +135,8 @@ def summary(outcome: Outcome, table: pd.DataFrame, options: TuneOptions, cpu: bo
     lines += [f"! {row.point}: not steady: {row.noise}" for row in shown.itertuples() if row.noise]
     lines.append(f"space: {len(table)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if options.project_to:
-        lines.append(f"ranked for the {options.project_to}: each run here projected onto it (README \"Projection\": "
-                     "host-bound points are the least certain), and pruned where it would not fit it")
+        lines.append(f"ranked for the {options.project_to}: each run here projected onto it (docs/guides/plan.md, "
+                     "\"Projection\": host-bound points are the least certain), and pruned where it would not fit it")
     if cpu:
         lines.append("mem_peak_gib: the CUDA allocator's measured peak, which a CPU run has none of (its tensors by "
                      "category: raw_summary.csv's scan_mem_* columns)")

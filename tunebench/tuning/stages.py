@@ -12,7 +12,7 @@ from tunebench.vocabulary import Status
 logger = logging.getLogger(__name__)
 
 SCREEN, CONFIRM, GRID = "screen", "confirm", "grid"
-# How each stage measures (README "tune"). Screening: a short auto run, enough to rank (±2 % at 95 %);
+# How each stage measures (docs/guides/tune.md). Screening: a short auto run, enough to rank (±2 % at 95 %);
 # confirming: the harness's standard window, to ±1 %.
 STAGE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "space": {},

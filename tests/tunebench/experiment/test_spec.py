@@ -1,5 +1,5 @@
-"""One typed experiment spec, parsed once (issue K): the README's tables are the spec's, the child reads spec.json
-and parses nothing, defaults and identity are consistent, and a default experiment prints no deprecation."""
+"""One typed experiment spec, parsed once (issue K): the reference pages' tables are the spec's, the child reads
+spec.json and parses nothing, defaults and identity are consistent, and a default experiment prints no deprecation."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import pytest
 
 from tests.fixtures.harness import REPO, TINY_DEFAULTS, tiny_scenario, write_inputs
 from tunebench import cli
-from tunebench.cli import readme_tables
+from tunebench.cli import reference_tables
 from tunebench.cli.options import MATRIX_TYPES, OPTION_RANGES, build_parser
 from tunebench.experiment.arguments import ENTRY_GROUPS
 from tunebench.experiment.ranges import ENTRY_RANGES
 
 
-def test_the_readme_tables_are_the_parser_and_the_argument_classes():
-    assert readme_tables.sync(), "run `python -m tunebench.cli.readme_tables` and commit the README"
+def test_the_reference_tables_are_the_parser_and_the_argument_classes():
+    assert reference_tables.sync(), "run `python -m tunebench.cli.reference_tables` and commit docs/reference/"
 
 
 def test_every_numeric_option_and_argument_has_a_type_and_a_range():
@@ -34,16 +34,18 @@ def test_every_numeric_option_and_argument_has_a_type_and_a_range():
     for kind in ENTRY_GROUPS.values():
         hints = typing.get_type_hints(kind)
         for field in dataclasses.fields(kind):
-            assert field.metadata.get("help"), f"{field.name} has no meaning for the README"
+            assert field.metadata.get("help"), f"{field.name} has no meaning for the reference page"
             if hints[field.name] in (int, float):
                 assert field.name in ENTRY_RANGES, f"{field.name} is numeric but has no range"
 
 
 def test_a_table_row_that_drifts_is_caught(tmp_path):
-    copy = tmp_path / "README.md"
-    copy.write_text((REPO / "README.md").read_text().replace("| LoRA rank |", "| LoRA's rank |"))
-    assert not readme_tables.sync(copy) and readme_tables.sync(copy, write=True) is False
-    assert readme_tables.sync(copy)
+    for page in ("options.md", "arguments.md"):
+        (tmp_path / page).write_text((REPO / "docs" / "reference" / page).read_text())
+    arguments = tmp_path / "arguments.md"
+    arguments.write_text(arguments.read_text().replace("| LoRA rank |", "| LoRA's rank |"))
+    assert not reference_tables.sync(tmp_path) and reference_tables.sync(tmp_path, write=True) is False
+    assert reference_tables.sync(tmp_path) and "| LoRA rank |" in arguments.read_text()
 
 
 def test_a_batch_size_is_parsed_once_in_the_parent_and_read_as_it_is_by_the_child(tmp_path, capsys, monkeypatch):

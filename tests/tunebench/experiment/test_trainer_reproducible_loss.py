@@ -1,5 +1,5 @@
 """The loss of a random-init model is reproducible: the same experiment run twice on one machine (same seed,
-same thread count, same torch) reports the same train_loss to the last bit (issue Q; README "Reading results")."""
+same thread count, same torch) reports the same train_loss to the last bit (issue Q; docs/guides/results.md)."""
 
 import json
 import os

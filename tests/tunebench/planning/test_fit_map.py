@@ -93,7 +93,8 @@ def test_an_8bit_row_says_the_micro_batch_its_outlier_columns_were_counted_at(mo
 
 def test_a_zero_byte_device_is_a_not_even_one_row_not_a_python_error():
     """Issue W2: `--plan_device 0GiB` wrote `no prediction (unsupported operand type(s) for -: 'NoneType' and
-    'int')`: 0 bytes was taken for "no device". The README's 0 ("not even 1") comes with what micro-batch 1 needs."""
+    'int')`: 0 bytes was taken for "no device". docs/guides/plan.md's 0 ("not even 1") comes with what
+    micro-batch 1 needs."""
     import dataclasses
 
     from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig

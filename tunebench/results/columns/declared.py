@@ -2,7 +2,7 @@
 
 Each entry is (name, kind, unit, direction, family, meaning); tunebench.results.columns.registry turns them into
 `Column`s in its REGISTRY, under the two sections named here (types.py lists them in SECTIONS), so the CSV,
-compare, the report and the README read them like every other column.
+compare, the report and the docs read them like every other column.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 _EXACT = {c.name: c for c in REGISTRY if c.pattern is None}
 _PATTERNS = [c for c in REGISTRY if c.pattern is not None]
-# Per-rank spread of the scanner's memory and time columns (README "Several ranks").
+# Per-rank spread of the scanner's memory and time columns (docs/reference/columns.md).
 _RANK_SUFFIXES = ("_min", "_mean")
 
 

@@ -1,7 +1,7 @@
 """The column registry: every CSV column declared once — kind, unit, better direction, compare family, meaning.
 
 The CSV writer (which columns are configuration), compare (what is a metric, its family and direction),
-the report (labels and units) and the README's column tables all read this module; a test fails when a
+the report (labels and units) and the docs' column reference page all read this module; a test fails when a
 produced column is declared nowhere. Training arguments need no entry here: any TrainingArguments / SFTConfig
 / tunebench entry field is an `argument` column, documented by its dataclass.
 
@@ -135,7 +135,7 @@ REGISTRY: tuple[Column, ...] = (
        "(loss − baseline loss) ÷ |baseline loss| at the last common step (signed)"),
     _m("loss_parity_tolerance", "fraction", None, "loss", S_ACCEL,
        "relative difference that counts as the same numerics: 2 × loss_parity_band, or the dtype's fixed tolerance "
-       "where no band was measured (README \"Loss parity\")"),
+       "where no band was measured ([Loss parity](../explanations/accelerations.md#loss-parity))"),
     _m("loss_parity_band", "fraction", None, "loss", S_ACCEL,
        "the band of repeat noise: the largest loss_parity_max_rel_diff of the baseline's band runs (rows reordered)"),
     _m("loss_parity_band_runs", "count", None, "count", S_ACCEL, "band runs behind loss_parity_band"),
@@ -162,7 +162,8 @@ REGISTRY: tuple[Column, ...] = (
        "train_tokens_per_second ÷ processes: what Hugging Face's `train_tokens_per_second` (and fms-acceleration's "
        "benchmark CSV) reports, padded tokens per device"),
     _m("padding_fraction", "fraction", None, "ratio", S_RUN, "1 − non-padding / all tokens, whole run"),
-    _m("train_model_flops", "FLOP", None, "count", S_RUN, "analytic model FLOPs of the run (README: MFU)"),
+    _m("train_model_flops", "FLOP", None, "count", S_RUN, "analytic model FLOPs of the run "
+       "([MFU](../explanations/steady-state.md#mfu-and-hfu))"),
     _m("mfu", "fraction", HIGHER, "whole_run", S_RUN, "train_model_flops ÷ train_runtime ÷ (peak × devices)"),
     _m("trainable_parameters", "count", None, "count", S_RUN, "parameters with requires_grad"),
     _m("total_parameters", "count", None, "count", S_RUN, "all parameters"),

@@ -1,4 +1,4 @@
-"""What a CSV column is declared as (Column): its kind, unit, direction, compare family and README section."""
+"""What a CSV column is declared as (Column): its kind, unit, direction, compare family and reference-page section."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Column:
     kind: str
     unit: str  # "s", "bytes", "MiB", "tokens/s", "fraction", "%", "J", "J/token", "FLOP", "count", "-"
     meaning: str
-    section: str  # README table it is listed in
+    section: str  # docs/reference/columns.md table it is listed in
     direction: Direction = Direction.IGNORE  # which way the metric gets worse; IGNORE = informational
     family: MetricFamily | None = None  # compare family (thresholds, noise floors); None for non-metrics
 

@@ -54,9 +54,9 @@ def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
     note = ("<p>Each row against the same scenario's baseline (framework config <code>none</code>, the same "
             "arguments but those the config sets). Loss parity: the largest relative difference of the per-step "
             "loss; beyond the tolerance (twice the band of the baseline's repeat noise where one was measured) the "
-            "row carries a measurement warning (README \"Loss parity\"). Speed-up to the target loss: the "
-            "baseline's seconds to reach it ÷ the row's, warm-up and compilation included (README \"Time to a "
-            "target loss\").</p>")
+            "row carries a measurement warning (docs/explanations/accelerations.md, \"Loss parity\"). Speed-up to "
+            "the target loss: the baseline's seconds to reach it ÷ the row's, warm-up and compilation included "
+            "(the same page, \"Time to a target loss\").</p>")
     return HEADING + note + table(["experiment", "framework config", "speed-up (steady tokens/s)",
                                    "speed-up to target loss", "peak memory", "loss parity"], rows,
                                   numeric={2, 3, 4, 5}, cls="acceleration") + \

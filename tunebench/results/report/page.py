@@ -86,7 +86,8 @@ SUMMARY_COLUMNS = (
     ("train_runtime", "runtime"),
     ("train_loss", "loss"),
 )
-# Columns of the padding table: short headers, so eight columns fit the page (the CSV names are in the README).
+# Columns of the padding table: short headers, so eight columns fit the page (the CSV names are in
+# docs/reference/columns.md).
 PADDING_COLUMNS = (
     ("synthetic_length_distribution", "lengths"),
     ("packing", "packing"),

@@ -63,8 +63,8 @@ def section(results_csv: str | Path) -> str:
     return "\n".join([
         "<h2>Projection to other GPUs (plan --project_from)</h2>",
         "<p>Steady tokens/s as measured on the GPU each experiment ran on, and as projected onto the other GPU kinds "
-        "(README \"Projection\": what the model assumes and where it does not apply; proj_note in projection.csv "
-        "says it per row).</p>",
+        "(docs/guides/plan.md, \"Projection\": what the model assumes and where it does not apply; proj_note in "
+        "projection.csv says it per row).</p>",
         img(chart(by_kind), "tokens/s by GPU kind"),
         table(["experiment", *by_kind.columns], body, numeric=set(range(1, len(by_kind.columns) + 1)),
               cls="projection"),

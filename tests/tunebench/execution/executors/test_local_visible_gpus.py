@@ -72,7 +72,7 @@ def test_a_cuda_visible_devices_naming_no_gpu_is_one_clear_error(tmp_path, four_
 @pytest.mark.parametrize("value", ["", " ", "-1"])
 def test_a_cuda_visible_devices_hiding_every_gpu_is_named(tmp_path, four_gpus, monkeypatch, capsys, device, value):
     """Issue AD: `CUDA_VISIBLE_DEVICES=` with --device cuda skipped every row with "this machine has 0", never
-    naming the variable the README says is refused."""
+    naming the variable docs/guides/clusters.md says is refused."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     options = write_inputs(tmp_path, [tiny_scenario()])[:-2]
     assert cli.main([*options, "--device", device, "--dry_run", "--results_output_path", str(tmp_path / "o")]) == 2

@@ -137,7 +137,8 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
 
 
 def test_readme_ray_commands(tmp_path, cache):
-    """The README's cluster recipe for real: `ray start --head`, then the harness joins it by address."""
+    """The cluster recipe of docs/guides/clusters.md for real: `ray start --head`, then the harness joins it by
+    address."""
     # A throwaway local cluster: no token authentication (Ray's documented opt-out), so a token left in
     # ~/.ray by another cluster cannot get in the way.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
@@ -162,7 +163,7 @@ def test_a_token_cluster_is_joined_with_the_token_at_hand(tmp_path, cache):
                           timeout=120)
     assert made.returncode == 0 and (home / ".ray" / "auth_token").is_file(), made.stderr[-2000:]
     with ray_head({**env, "RAY_AUTH_MODE": "token"}) as address:
-        # One tiny experiment: what is tested is the join, not the matrix (the README recipe's test runs that).
+        # One tiny experiment: what is tested is the join, not the matrix (scripts/check_readme.py runs the recipe).
         command = [sys.executable, "benchmark.py", "--executor", "ray", "--ray_address", address,
                    *write_inputs(tmp_path, [tiny_scenario("tiny")])]
         refused = subprocess.run([*command, "--ray_connect_timeout", "8", "--results_output_path",

@@ -1,4 +1,4 @@
-"""The column registry (issue I): every produced column is declared, compare and the README follow it.
+"""The column registry (issue I): every produced column is declared, compare and the column reference page follow it.
 
 Reached through the modules it calls (the declared and environment columns):
 tunebench/results/columns/declared.py, tunebench/results/columns/environment.py."""
@@ -51,9 +51,9 @@ def test_a_new_column_without_a_declaration_is_caught(arguments):
     assert columns.undeclared(produced, arguments) == ["steady_brand_new_metric"]
 
 
-def test_the_readme_tables_are_generated_from_the_registry():
-    assert column_docs.sync_readme(REPO / "README.md"), "run: python -m tunebench.results.columns.docs"
-    text = (REPO / "README.md").read_text()
+def test_the_column_reference_is_generated_from_the_registry():
+    assert column_docs.sync_page(), "run: python -m tunebench.results.columns.docs"
+    text = (REPO / "docs" / "reference" / "columns.md").read_text()
     for column in ("steady_nonpad_tokens_per_second", "pred_mem_peak", "concurrent_experiments", "scan_time_backward"):
         assert f"`{column}`" in text
 
@@ -91,7 +91,7 @@ def test_a_csv_is_read_back_through_the_registrys_types(tmp_path):
 
 def test_the_device_peak_a_cpu_run_leaves_empty_points_to_the_host_memory_column():
     """Issue AD: on CPU `scan_mem_peak_allocated` is empty and nothing pointed to the host's memory; its doc (the
-    README's column table, compare's and the report's wording) names the column that holds it."""
+    column reference page, compare's and the report's wording) names the column that holds it."""
     doc = columns.lookup("scan_mem_peak_allocated").meaning
     assert "empty on CPU" in doc and "`mem_peak_host_rss_bytes`" in doc
     assert columns.lookup("mem_peak_host_rss_bytes").unit == "bytes"
