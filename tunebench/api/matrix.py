@@ -249,7 +249,8 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
                          inputs.device_type, inputs.accelerate_config, problems, scenarios_source=source,
                          defaults_source=inputs.defaults_path)
     say_once(missed_gpu_counts(selected, matrices.num_gpus, source))  # a scenario left out is said
-    if len(experiments) * options.repeats > MAX_RUNS:  # before validating each: a bound, not an hour of checks
+    said = any(problem.key in ("--repeats", "repeats") for problem in problems)  # one problem per option
+    if len(experiments) * options.repeats > MAX_RUNS and not said:  # before validating each: not an hour of checks
         raise InputError(
             problems + [
                 InputProblem(

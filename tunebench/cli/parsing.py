@@ -8,6 +8,7 @@ numeric options a parser declares without a range (a test keeps it empty for eve
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 
 from tunebench.bounds import Range
@@ -27,14 +28,53 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line naming the option and where to look, exit 2."""
+    """An ArgumentParser whose usage errors are one line naming the option and where to look, exit 2; unknown
+    options are all named at once, each with the option meant (a close spelling, or the command that takes it)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.elsewhere: dict[str, str] = {}  # option -> the command that takes it (this one does not)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (fix: see `{self.prog} --help`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            problems = unknown_option_problems(self, extras)
+            self.exit(2, f"{self.prog}: {len(problems)} problem(s) on the command line; nothing was run:\n" +
+                      "".join(f"  - {problem}\n" for problem in problems))
+        return parsed
+
+
+def unknown_option_problems(parser: Parser, extras: list[str]) -> list[str]:
+    """A line per argument `parser` does not take: an option of another command says which; a misspelt one the
+    closest option; a stray value once."""
+    known = [name for name in parser._option_string_actions if name.startswith("--")]
+    problems, after_unknown = [], False
+    for token in extras:
+        name = token.split("=", 1)[0]
+        if not name.startswith("-"):
+            if not after_unknown:  # the value of a refused option is no problem of its own
+                problems.append(f"{token!r}: unexpected argument (fix: see `{parser.prog} --help`)")
+            continue
+        after_unknown = True
+        if name in parser.elsewhere:
+            problems.append(f"{name}: an option of `{parser.elsewhere[name]}`, not of `{parser.prog}` (fix: drop it, "
+                            f"or run `{parser.elsewhere[name]}`)")
+            continue
+        spellings = {k.replace("-", "_"): k for k in [*known, *parser.elsewhere] if k.startswith("--")}
+        close = difflib.get_close_matches(name.replace("-", "_"), list(spellings), n=1, cutoff=0.75)
+        meant = spellings[close[0]] if close else None
+        if meant is None:
+            fix = f"see `{parser.prog} --help`"
+        elif meant in parser.elsewhere:
+            fix = f"did you mean {meant}? It is an option of `{parser.elsewhere[meant]}`"
+        else:
+            fix = f"did you mean {meant}?"
+        problems.append(f"{name}: unknown option (fix: {fix})")
+    return problems
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:

@@ -36,6 +36,18 @@ def add_plugin_options(parser: argparse.ArgumentParser) -> None:
                                **keywords)
 
 
+def refuse_plugin_options(parser, command: str) -> None:
+    """The plugins' options, on a parser of a command that does not take them: their defaults, and refused by name
+    (`parser.elsewhere`: the command that takes them)."""
+    for _, settings_class in plugin_settings_classes():
+        for field in settings_fields(settings_class):
+            names = [field.metadata["option"], *field.metadata["argparse"].get("aliases", [])]
+            parser.elsewhere.update(dict.fromkeys([*names, *[n.replace("_", "-") for n in names if "_" in n[2:]]],
+                                                  command))
+            default = None if field.default is dataclasses.MISSING else field.default
+            parser.set_defaults(**{_destination(field): default})
+
+
 def plugin_ranges() -> dict[str, Range]:
     """flag → the range its plugin declared, for the edge check and the options reference page."""
     return {field.metadata["option"]: field.metadata["range"] for _, settings_class in plugin_settings_classes()

@@ -13,7 +13,7 @@ import logging
 import typing
 from pathlib import Path
 
-from tunebench.cli.options import MATRIX_RANGE, MATRIX_TYPES, OPTION_RANGES, build_parser
+from tunebench.cli.options import MATRIX_RANGE, MATRIX_TYPES, OPTION_RANGES, PLAN, RUN, build_parser
 from tunebench.experiment.arguments import ENTRY_GROUPS
 from tunebench.experiment.ranges import ENTRY_RANGES, TRAINER_RANGES
 
@@ -38,9 +38,19 @@ def option_type(action: argparse.Action) -> str:
     return f"{kind} list" if action.nargs in ("+", "*") else kind
 
 
+def _options_by_command() -> list[tuple[argparse.Action, str]]:
+    """Every option of `benchmark.py` and `benchmark.py plan`, once, with the commands that take it."""
+    run, plan = build_parser(RUN), build_parser(PLAN)
+    in_plan = {action.option_strings[0] for action in plan._actions if action.option_strings}
+    found = [(action, "both" if action.option_strings[0] in in_plan else "run") for action in run._actions]
+    in_run = {action.option_strings[0] for action in run._actions if action.option_strings}
+    return found + [(action, "plan") for action in plan._actions if action.option_strings[0] not in in_run]
+
+
 def options_table() -> str:
-    rows = ["| option | type | default | range | meaning |", "| --- | --- | --- | --- | --- |"]
-    for action in build_parser()._actions:
+    rows = ["| option | takes it | type | default | range | meaning |", "| --- | --- | --- | --- | --- | --- |"]
+    said = {"both": "run, `plan`", "run": "run", "plan": "`plan`"}
+    for action, commands in _options_by_command():
         if isinstance(action, argparse._HelpAction):
             continue
         names = [n for n in action.option_strings if "-" not in n[2:] or n == action.option_strings[0]]
@@ -50,7 +60,8 @@ def options_table() -> str:
         allowed = OPTION_RANGES.get(action.option_strings[0])
         if action.option_strings[0] in MATRIX_TYPES and MATRIX_TYPES[action.option_strings[0]] == "int list":
             allowed = MATRIX_RANGE
-        rows.append(f"| {', '.join(f'`{n}`' for n in names)} | {option_type(action)} | {_cell(default)} | "
+        rows.append(f"| {', '.join(f'`{n}`' for n in names)} | {said[commands]} | {option_type(action)} | "
+                    f"{_cell(default)} | "
                     f"{allowed.describe() if allowed else ''} | {_cell(action.help or '')} |")
     return "\n".join(rows)
 

@@ -86,8 +86,9 @@ def test_every_new_option_runs_or_is_one_problem_naming_it(inputs, tmp_path_fact
     tmp_path = tmp_path_factory.mktemp("case")
     words, named = _arguments(tmp_path, data.draw(_values(NEW[option])))
     out = tmp_path / "out"
-    argv = ([] if command == "run" else ["plan"]) + [*inputs, "--dry_run", "--log_level", "ERROR",
-                                                     "--results_output_path", str(out), f"{option}", *words]
+    argv = ([] if command == "run" else ["plan"]) + [*inputs, *(["--dry_run"] if command == "run" else []),
+                                                     "--log_level", "ERROR", "--results_output_path", str(out),
+                                                     f"{option}", *words]
     if len(words) == 1 and words[0].startswith("-"):
         argv[-2:] = [f"{option}={words[0]}"]  # argparse reads a leading '-' as an option; '=' keeps it a value
     recorder = TracebackRecorder()
