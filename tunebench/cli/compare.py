@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
+    parser = Parser(prog="benchmark.py compare", description=__doc__.splitlines()[0])
+    p = parser.add_argument_group("what is compared")
     p.add_argument("--reference", help="reference: a CSV (e.g. refs/cpu.csv; its step samples: <name>.samples.json) or "
                    "a results directory (its raw_summary.csv and experiment folders, like --results)")
     p.add_argument(
@@ -38,10 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of comparing, write the ok rows of --results as a reference CSV and their steady step "
         "times as <name>.samples.json beside it",
     )
-    p.add_argument("--out", default=None, help="output directory (default: <results dir>/compare)")
     p.add_argument(
         "--keys", default=None, help=f"comma-separated join columns (default: {','.join(rules.DEFAULT_KEYS)})"
     )
+    p.add_argument("--metrics", nargs="+", default=None, help="only these metric columns (names or globs)")
+    p.add_argument(
+        "--allow_missing",
+        action="store_true",
+        help="reference rows absent from the results are reported but are not a regression",
+    )
+    p = parser.add_argument_group("the verdict: what counts as a regression")
     p.add_argument(
         "--threshold",
         action="append",
@@ -65,14 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METRIC=DIR",
         help=f"direction per metric, glob or family: {', '.join(rules.DIRECTIONS)}",
     )
-    p.add_argument("--metrics", nargs="+", default=None, help="only these metric columns (names or globs)")
-    p.add_argument(
-        "--allow_missing",
-        action="store_true",
-        help="reference rows absent from the results are reported but are not a regression",
-    )
+    p = parser.add_argument_group("output")
+    p.add_argument("--out", default=None, help="output directory (default: <results dir>/compare)")
     p.add_argument("--no_charts", action="store_true", help="skip the PNG charts")
-    return p
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

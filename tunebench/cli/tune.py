@@ -33,6 +33,20 @@ class _Parser(argparse.ArgumentParser):
 _ARGUMENT = re.compile(r"argument (-[-\w]+)(?:/\S+)?: (.*)", re.S)
 
 
+# `--help` in groups: what is tuned, the space searched, how the search runs, the files and the output.
+TUNE_GROUPS = {"target": "the model and the work", "space": "the search space", "search": "the search",
+               "files": "inputs, outputs and logging"}
+GROUP_OF = {
+    "target": ("--model", "--num_gpus", "--effective_batch", "--max_seq_len", "--objective", "--gpu_hour_price",
+               "--device", "--plan_device", "--project_to", "--gpu_table", "--training_data_path",
+               "--synthetic_length_distribution"),
+    "space": ("--peft", "--lora_ranks", "--micro_batches", "--gradient_checkpointing", "--packing", "--optimizers",
+              "--torch_compile"),
+    "search": ("--budget_minutes", "--tolerance_pct", "--confirm", "--margin_pct", "--timeout", "--grid"),
+    "files": ("--results_output_path", "--defaults_config_path", "--framework_configs_path", "--log_level"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="benchmark.py tune", description=(
         "Find the fastest (or cheapest) way to fine-tune a model that fits: the space of PEFT, checkpointing, "
@@ -41,11 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
         "a confirming run. Writes <out>/tune.csv (ranked), <out>/tune-scenarios.yaml (the winner) and the "
         "experiments as ordinary results (CSV, compare, report, resume)."))
 
+    groups = {key: parser.add_argument_group(title) for key, title in TUNE_GROUPS.items()}
+
     def opt(*names, **kw):
         allowed = RANGES.get(names[0].lstrip("-"))
         if allowed is not None:  # the range option_checks enforces, in --help
             kw["help"] = f"{kw['help']} ({allowed.describe()})"
-        parser.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+        group = groups[next(key for key, members in GROUP_OF.items() if names[0] in members)]
+        group.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
 
     opt("--model", required=True, help="model: `preset:<name>`, a local dir or a hub id")
     opt("--num_gpus", type=int, default=1, help="GPUs (CPU: processes); DDP and FSDP variants when > 1")
