@@ -1,6 +1,6 @@
 """A watchdog that outlives a killed harness by a moment and takes every process of its matrix with it.
 
-Parent-death signals chain process to parent (tunebench/lifetime.py), but not every process of a matrix is a
+Parent-death signals chain process to parent (parent_death.py beside it), but not every process of a matrix is a
 child that tunebench starts: a local Ray instance's raylet, its agents and pooled workers are started by Ray
 and noticed their driver's death 2-12 s after a SIGKILL. This watchdog, a child of the harness with a
 parent-death signal of its own, knows the matrix's processes two ways, because neither alone is enough:
@@ -12,7 +12,7 @@ parent-death signal of its own, knows the matrix's processes two ways, because n
   can overwrite the environment that /proc shows: the tree finds those.
 
 When the harness dies, however it dies, the watchdog freezes (SIGSTOP) everything it knows, adds the children
-of what it froze, and SIGKILLs them all. Started as a script (`python -I guardian.py TOKEN HARNESS_PID`): it
+of what it froze, and SIGKILLs them all. Started as a script (`python -I orphan_watchdog.py TOKEN HARNESS_PID`): it
 imports nothing of tunebench and starts in milliseconds. A harness that ends normally tells it to leave quietly.
 """
 
