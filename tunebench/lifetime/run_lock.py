@@ -4,7 +4,6 @@ naming its holder: one harness per results folder."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -12,6 +11,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from filelock import lock_descriptor
 
 from tunebench.lifetime.parent_death import HARNESS_PID_ENV
 
@@ -46,18 +47,18 @@ def held_while_running(path: Path, refused: Callable[[str], Exception]):
     """Hold an exclusive lock on `path` until the block ends; where another process holds it, raise
     `refused(note)` with the note its holder wrote (pid, host, argv, since).
 
-    flock: released by the kernel when the process ends, however it ends, so a killed holder never leaves a
-    stale lock behind. The file records who holds it, for the refusal message.
+    filelock's lock_descriptor (a flock on Unix): released by the kernel when the process ends, however it ends, so
+    a killed holder never leaves a stale lock behind. It locks the descriptor opened here, the one that writes the
+    note (FileLock would open its own, and the note would need a second). The file records who holds it, for the
+    refusal message.
     """
     # O_NOFOLLOW: a link planted in the lock's place is refused, never written through.
     handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644), "a+",
                        errors="replace")
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not lock_descriptor(handle.fileno(), blocking=False):  # filelock's FileLock primitive, on our descriptor
             handle.seek(0)
-            raise refused(handle.read(4096)) from None
+            raise refused(handle.read(4096))
         try:
             handle.seek(0)
             handle.truncate()
