@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs 2+ CUDA GPUs"))
 
 
-# The suite's own watchdog (tunebench.execution.guardian, in its `always` mode): every process a test starts
+# The suite's own watchdog (tunebench.lifetime.orphan_watchdog, in its `always` mode): every process a test starts
 # carries the session's token, and however the session ends (a normal end, Ctrl-C, SIGTERM from a timeout, a
 # SIGKILL) the watchdog freezes and kills what is left of them: the session's process tree and every process
 # holding the token, such as the ranks of a torchrun whose launcher died before them.
@@ -28,7 +28,7 @@ _session_guardian = None
 
 def pytest_configure(config):
     global _session_guardian
-    from tunebench.execution.guardian import Guardian
+    from tunebench.lifetime.orphan_watchdog import Guardian
 
     # A suite started as a background job of a script (`cmd &`, nohup) inherits SIGINT ignored, and so would every
     # harness a test starts: the tests that stop one with Ctrl-C's SIGINT would wait on it for minutes while it

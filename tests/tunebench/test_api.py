@@ -131,8 +131,8 @@ def test_a_process_the_harness_started_is_told_to_guard_its_script(tmp_path, mon
     (which is this one's parent, and waits for it), but the guard the script lacks."""
     import os
 
-    from tunebench.execution.guard import results_lock
-    from tunebench.lifetime import HARNESS_PID_ENV
+    from tunebench.lifetime.parent_death import HARNESS_PID_ENV
+    from tunebench.results.folder import results_lock
 
     with results_lock(tmp_path / "out"):
         monkeypatch.setenv(HARNESS_PID_ENV, str(os.getpid()))

@@ -28,14 +28,15 @@ from tunebench.bounds import SECONDS, Range
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.executors import EXECUTORS
 from tunebench.execution.experiment_run import RunOptions
-from tunebench.execution.guard import results_lock, stop_on_signals
 from tunebench.execution.launchers import LAUNCHERS
 from tunebench.execution.processes import RunSession
 from tunebench.execution.progress import shown_to_stderr
 from tunebench.execution.runner import run_matrix
 from tunebench.fileio import write_atomic
+from tunebench.lifetime.stop_signals import stop_on_signals
 from tunebench.results import folder as results_folder
 from tunebench.results import summaries
+from tunebench.results.folder import results_lock
 from tunebench.telemetry.trackers import TRACKERS
 from tunebench.vocabulary import Executor
 

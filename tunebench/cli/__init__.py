@@ -19,9 +19,9 @@ import sys
 
 from tunebench.cli.options import build_parser
 from tunebench.errors import InputError
-from tunebench.execution.guard import HarnessStopped
-from tunebench.execution.guardian import Guardian
 from tunebench.fileio import library_cache_environment
+from tunebench.lifetime.orphan_watchdog import Guardian
+from tunebench.lifetime.stop_signals import HarnessStopped
 from tunebench.plugins import PluginError
 
 logger = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from pathlib import Path
 from tunebench.bounds import Range
 from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.guard import HarnessStopped
 from tunebench.fileio import LOOKED_AT, looked_at
 from tunebench.history.bisection import Bisection, BisectOptions, CannotTell, candidates, search
+from tunebench.lifetime.stop_signals import HarnessStopped
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from tunebench.cli.options import OPTION_RANGES
 from tunebench.cli.parsing import option_problems
 from tunebench.cli.settings import read_command_line
 from tunebench.errors import InputError
-from tunebench.execution.guard import results_lock
 from tunebench.fileio import write_atomic
 from tunebench.results import folder as results_folder
+from tunebench.results.folder import results_lock
 
 logger = logging.getLogger(__name__)
 

@@ -198,8 +198,8 @@ def _input_error(exc: InputError) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from tunebench.api.diagnosis import environment_line
-    from tunebench.execution.guard import HarnessStopped
-    from tunebench.execution.guardian import Guardian
+    from tunebench.lifetime.orphan_watchdog import Guardian
+    from tunebench.lifetime.stop_signals import HarnessStopped
     from tunebench.tuning import output
     from tunebench.tuning.command import tune
 

@@ -20,17 +20,14 @@ import sys
 import time
 
 from tunebench.fileio import library_cache_environment
-from tunebench.lifetime import HARNESS_PID_ENV, die_with_parent
+from tunebench.lifetime.parent_death import HARNESS_PID_ENV, PRELOADED_PROCESS_NAME, die_with_parent
 
 logger = logging.getLogger(__name__)
 
 # What the server imports once; an experiment's own imports then find them in sys.modules.
 # The guard comes first: the server must die with the harness even while it is still importing the rest.
-PRELOAD_MODULES = ["tunebench.execution.forkserver_guard", "tunebench.experiment.preloaded"]
+PRELOAD_MODULES = ["tunebench.lifetime.forkserver_setup", "tunebench.experiment.preloaded"]
 NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start a new interpreter after all
-# The name of every process forked from the server: the server skips re-running the user's `__main__` for these
-# (tunebench.execution.forkserver_guard says why).
-PRELOADED_PROCESS_NAME = "tunebench-preloaded"
 
 
 class PreloadServer:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 logger = logging.getLogger(__name__)
 
 
@@ -49,25 +51,12 @@ def kill_process_group(proc, grace_seconds: float = 10.0) -> None:
 def _group_alive(pgid: int) -> bool:
     """Whether any live (non-zombie) process is still in the group. Zombies count as gone: they hold no
     memory or GPU and are reaped by whoever inherited them."""
-    proc_root = "/proc"
-    if not os.path.isdir(proc_root):
+    for process in psutil.process_iter():
         try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-    for entry in os.listdir(proc_root):
-        if not entry.isdigit():
+            if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) and os.getpgid(process.pid) == pgid:
+                return True
+        except (psutil.Error, ProcessLookupError):  # gone since the listing
             continue
-        try:
-            with open(f"{proc_root}/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state, ppid, pgrp, ...
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
     return False
 
 

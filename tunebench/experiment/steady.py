@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import statistics
 from dataclasses import dataclass, field
-from fractions import Fraction
+
+import numpy
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +36,6 @@ class SteadyPolicy:
             raise ValueError(f"steady state: max_cv and target_ci_pct must be positive, got {self}")
 
 
-# Below this many samples the binomial tail is summed exactly in integers; above it, in log space (see
-# `_log_space_rank`). Both give the same ranks where they overlap (tested), and the exact sum costs ~1 ms here.
-_EXACT_UP_TO = 2000
-
-
 @functools.lru_cache(maxsize=4096)
 def median_rank_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """1-based ranks (j, k) of the order statistics bounding the median with at least `confidence`.
@@ -48,65 +43,27 @@ def median_rank_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, i
     Distribution-free: the number of samples below the true median is Binomial(n, 1/2), so
     P(x_(j) <= median <= x_(k)) = P(j <= B < k) with k = n + 1 - j. `j` is the largest rank whose two tails
     together stay within 1 - confidence. None when n is too small for any such interval (n < 6 at 95 %).
-    Valid for any n: exact integer arithmetic up to `_EXACT_UP_TO`, log-space sums beyond (2**-n underflows a
-    float from n = 1075, and math.comb(n, i) / 2.0**n overflowed from n = 1024).
+    Valid for any n (scipy's binomial distribution; tests/tunebench/experiment/test_steady_ranks.py holds the
+    exact reference it matches).
     """
     if n < 1:
         return None
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    alpha = (1.0 - confidence) / 2.0
-    j = _exact_rank(n, alpha) if n <= _EXACT_UP_TO else _log_space_rank(n, alpha)
+    j = _rank(n, (1.0 - confidence) / 2.0)
     if j < 1:
         return None
     return j, n + 1 - j
 
 
-def _exact_rank(n: int, alpha: float) -> int:
-    """Largest j with P(B < j) <= alpha, B ~ Binomial(n, 1/2), in exact rational arithmetic."""
-    limit = Fraction(alpha) * (1 << n)  # P(B <= i) <= alpha  <=>  sum_{m <= i} C(n, m) <= alpha * 2**n
-    coefficient, cumulative, j = 1, 0, 0
-    for i in range(n + 1):
-        cumulative += coefficient  # sum of C(n, m) for m <= i
-        if cumulative > limit:
-            break
-        j = i + 1
-        coefficient = coefficient * (n - i) // (i + 1)
-    return j
+def _rank(n: int, alpha: float) -> int:
+    """Largest j with P(B < j) <= alpha, B ~ Binomial(n, 1/2): from scipy's quantile (the smallest k with
+    P(B <= k) >= alpha), one rank up where that tail is alpha exactly. Imported here, not with the module:
+    scipy.stats costs an experiment ~0.5 s of start-up (step_timer.StepTimer imports it before the first step)."""
+    from scipy.stats import binom
 
-
-def _log_binomial_cdf(n: int, k: int) -> float:
-    """log P(B <= k) for B ~ Binomial(n, 1/2) and k < n/2, summed from k downwards in log space.
-
-    The terms pmf(m-1)/pmf(m) = m/(n-m+1) shrink as m falls, so once a term t is reached with ratio r the rest
-    of the tail is at most t·r/(1-r); the sum stops when that bound is below 1e-17 of the total. The absolute
-    error of math.lgamma (a few ulp of lgamma(n+1) ~ n log n) bounds the relative error of the result: ~1e-8
-    at n = 10**6, so only an alpha within that of a tail probability could be ranked one off.
-    """
-    log_pmf = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0)
-    total, term, m = 1.0, 1.0, k
-    while m > 0:
-        ratio = m / (n - m + 1)
-        term *= ratio
-        total += term
-        m -= 1
-        if ratio < 1.0 and term * ratio / (1.0 - ratio) < 1e-17 * total:
-            break
-    return log_pmf + math.log(total)
-
-
-def _log_space_rank(n: int, alpha: float) -> int:
-    """Largest j with P(B < j) <= alpha, searched from the normal approximation's guess (a few steps away)."""
-    log_alpha = math.log(alpha)
-    z = statistics.NormalDist().inv_cdf(alpha)  # negative
-    k = max(0, min(n // 2 - 1, int(n / 2.0 + z * math.sqrt(n) / 2.0)))
-    if _log_binomial_cdf(n, k) <= log_alpha:
-        while k + 1 < n // 2 and _log_binomial_cdf(n, k + 1) <= log_alpha:
-            k += 1
-        return k + 1  # P(B <= k) <= alpha: j = k + 1
-    while k > 0 and _log_binomial_cdf(n, k - 1) > log_alpha:
-        k -= 1
-    return k  # P(B <= k - 1) <= alpha < P(B <= k)
+    k = int(binom.ppf(alpha, n, 0.5))
+    return k + 1 if binom.cdf(k, n, 0.5) <= alpha else k
 
 
 def median_ci_pct(times: list[float], confidence: float = CONFIDENCE) -> float | None:
@@ -124,13 +81,9 @@ def median_ci_pct(times: list[float], confidence: float = CONFIDENCE) -> float |
 
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default method), q in [0, 100]."""
-    ordered = sorted(values)
-    if not ordered:
+    if not values:
         raise ValueError("percentile of no values")
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return float(numpy.percentile(values, q))
 
 
 @dataclass

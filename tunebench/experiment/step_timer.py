@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
-from tunebench.experiment.steady import SteadyPolicy, median_ci_pct, median_is_known, steady_steps
+from tunebench.experiment.steady import SteadyPolicy, median_ci_pct, median_is_known, median_rank_interval, steady_steps
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class StepTimer(TrainerCallback):
         self.device = device
         self.policy = policy
         self.auto = auto
+        if auto:  # the median's interval needs scipy.stats: imported now, not inside the first step it judges
+            median_rank_interval(policy.min_steps)
         self.earliest_stop = earliest_stop  # e.g. the scanner's last step: never stop before it
         self.tokens = token_counter
         self.excluded: set[int] = set()  # steps that must not count as steady (scans, post-sync steps)

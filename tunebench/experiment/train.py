@@ -306,7 +306,7 @@ def error_record(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     from scanner.memory import process_start_epoch  # the process's own start time, from /proc
     from tunebench.experiment.startup import Startup
-    from tunebench.lifetime import die_with_launcher
+    from tunebench.lifetime.parent_death import die_with_launcher
 
     die_with_launcher()  # a rank of torchrun / accelerate launch dies with it, even if the harness is SIGKILLed
 

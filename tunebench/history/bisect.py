@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.guard import HarnessStopped, stop_on_signals
 from tunebench.execution.processes import kill_process_group
-from tunebench.lifetime import preexec_dying_with_parent
+from tunebench.lifetime.parent_death import preexec_dying_with_parent
+from tunebench.lifetime.stop_signals import HarnessStopped, stop_on_signals
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ below (`#run-N`: label, start, versions, GPU, host, the results folder).
 
 from __future__ import annotations
 
-import html
 import io
 import logging
 from datetime import datetime, timezone
@@ -16,6 +15,8 @@ import pandas as pd
 
 from tunebench.fileio import write_atomic
 from tunebench.history.check import check, describe
+from tunebench.results.report.templates import markup
+from tunebench.results.report.templates import render as render_template
 
 logger = logging.getLogger(__name__)
 
@@ -58,32 +59,26 @@ def _when(seconds: float) -> str:
         return f"{seconds!r} (no time: Unix seconds out of range)"
 
 
-def _runs_table(rows: pd.DataFrame) -> str:
+def _runs(rows: pd.DataFrame) -> list[tuple[object, list[str]]]:
+    """(run number, its cells in RUN_TABLE's order) of each run, in run order: the runs table's rows."""
     runs = rows.drop_duplicates("run_number").sort_values("run_number")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in RUN_TABLE)
-    body = []
+    table = []
     for run in runs.itertuples(index=False):
         cells = []
         for column in RUN_TABLE:
             value = getattr(run, column, "") if hasattr(run, column) else ""
             if column == "run_started" and isinstance(value, float):
                 value = _when(value)
-            cells.append(f"<td>{html.escape('' if value is None or value != value else str(value))}</td>")
-        body.append(f'<tr id="run-{run.run_number}">{"".join(cells)}</tr>')
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+            cells.append("" if value is None or value != value else str(value))
+        table.append((run.run_number, cells))
+    return table
 
 
 def render(rows: pd.DataFrame, steps: pd.DataFrame, metric: str) -> str:
-    sections = []
-    for finding in check(rows, steps, metric):
-        words = "<br>".join(html.escape(line) for line in describe(finding))
-        sections.append(f'<section class="{finding.verdict}"><p>{words}</p>{_chart(finding, metric)}</section>')
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto} section{margin:1em 0} "
-             ".regression p{color:#a00} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;"
-             "padding:2px 5px} tr:target{background:#ffefa0}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>tunebench history</title><style>{style}</style>"
-            f"</head><body><h1>History: {html.escape(metric)}</h1>{''.join(sections)}<h2>Runs</h2>"
-            f"{_runs_table(rows)}</body></html>")
+    """The page, from the report's templates (history.html.j2): every text escaped there, the charts inlined."""
+    findings = [{"verdict": finding.verdict, "lines": describe(finding), "chart": markup(_chart(finding, metric))}
+                for finding in check(rows, steps, metric)]
+    return render_template("history.html.j2", metric=metric, findings=findings, columns=RUN_TABLE, runs=_runs(rows))
 
 
 def write_report(rows: pd.DataFrame, steps: pd.DataFrame, metric: str, out: Path) -> None:

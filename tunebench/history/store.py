@@ -9,9 +9,9 @@ Tables (docs/guides/history.md, "The store's schema"):
   every other column (text, arguments) VARCHAR; a column first seen in a later run is added then.
 * `steps`: every optimizer step of every execution (seconds, tokens, steady or not).
 
-DuckDB lets one process write a database file at a time: writers take turns through a flock on `<store>.lock`
-(held while its connection is open) and readers retry while a writer holds the file (up to `wait_s` each), so
-concurrent `history add` commands queue rather than fail; a run is one transaction, so a writer killed midway
+DuckDB lets one process write a database file at a time: writers take turns through a file lock (filelock) on
+`<store>.lock` (held while its connection is open) and readers retry while a writer holds the file (up to `wait_s`
+each), so concurrent `history add` commands queue rather than fail; a run is one transaction, so a writer killed midway
 leaves the store as it was (DuckDB's write-ahead log replays only committed transactions).
 """
 
@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from scanner.atomic import atomic_via_tmp
 from tunebench.errors import InputError, InputProblem
@@ -54,10 +55,10 @@ def quoted(name: str) -> str:
 
 
 class Connection:
-    """A DuckDB connection that, for a writer, holds the flock on `<store>.lock` until it is closed."""
+    """A DuckDB connection that, for a writer, holds the lock on `<store>.lock` until it is closed."""
 
-    def __init__(self, connection, descriptor: int | None):
-        self._connection, self._descriptor = connection, descriptor
+    def __init__(self, connection, lock: FileLock | None):
+        self._connection, self._lock = connection, lock
         self.created: list[Path] = []  # files this writer made (the store, its lock, its log): see abandon
 
     def __getattr__(self, name: str):
@@ -66,9 +67,9 @@ class Connection:
     def close(self) -> None:
         """Close the connection, then let the next writer in (idempotent)."""
         self._connection.close()
-        if self._descriptor is not None:
-            os.close(self._descriptor)  # releases the flock
-            self._descriptor = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def abandon(self) -> None:
         """Close, and remove what this writer created: a refused command leaves no store and no lock it made."""
@@ -76,42 +77,37 @@ class Connection:
         _remove(self.created)
 
 
-def _writer_lock(path: Path, deadline: float) -> int:
-    """An exclusive flock on `<store>.lock`: writers take turns, and none opens a store another is still creating
-    (DuckDB refuses a half-written file rather than waiting for it). Returns the descriptor that holds it."""
-    import fcntl
-
-    descriptor = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
-    while True:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return descriptor
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(descriptor)
-                raise TimeoutError(f"{path}: another writer held the store for more than {WAIT_S:.0f} s") from None
-            time.sleep(0.05)
+def _writer_lock(path: Path, deadline: float) -> FileLock:
+    """An exclusive lock on `<store>.lock` (a flock, released by the kernel if the writer dies): writers take turns,
+    and none opens a store another is still creating (DuckDB refuses a half-written file rather than waiting for
+    it). Returns the held lock."""
+    lock = FileLock(lock_path(path), mode=0o644, thread_local=False)
+    try:
+        lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=0.05)
+    except Timeout:
+        raise TimeoutError(f"{path}: another writer held the store for more than {WAIT_S:.0f} s") from None
+    return lock
 
 
 def connect(path: Path, read_only: bool = False, wait_s: float = WAIT_S) -> Connection:
     """A connection to the store, waiting while another process holds it (DuckDB allows one writer process)."""
     duckdb = require("duckdb", "the history store")
     deadline = time.monotonic() + wait_s
-    descriptor = None if read_only else _writer_lock(path, deadline)
+    lock = None if read_only else _writer_lock(path, deadline)
     delay = 0.05
     while True:
         try:
-            return Connection(duckdb.connect(str(path), read_only=read_only), descriptor)
+            return Connection(duckdb.connect(str(path), read_only=read_only), lock)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                if descriptor is not None:
-                    os.close(descriptor)
+                if lock is not None:
+                    lock.release()
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
         except BaseException:
-            if descriptor is not None:
-                os.close(descriptor)
+            if lock is not None:
+                lock.release()
             raise
 
 

@@ -222,13 +222,13 @@ def _count_here(folder: Path) -> dict:
 
 
 def _available_bytes() -> int | None:
+    """The host memory available to a new process (MemAvailable on Linux); None where unknown."""
+    import psutil
+
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
+        return None
 
 
 def _cache_key(experiment, shape, batch) -> str:

@@ -12,6 +12,7 @@ inside the results folder, deletes only what it made, and never adopts a folder 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -21,7 +22,8 @@ import shutil
 import time
 from pathlib import Path
 
-from tunebench.errors import InputProblem
+from tunebench.errors import InputError, InputProblem
+from tunebench.lifetime.run_lock import held_while_running, lock_holder, started_by_holder
 from tunebench.readback import Unreadable, load_experiment_file
 
 logger = logging.getLogger(__name__)
@@ -201,6 +203,26 @@ def claim(root: Path) -> None:
 
         write_atomic(root / MARKER, json.dumps({"created_by": "tunebench", "since": time.strftime(
             "%Y-%m-%d %H:%M:%S"), "note": "tunebench writes and removes only its own files in this folder"}))
+
+
+def _in_use(folder: Path, note: str) -> InputError:
+    """The refusal of a folder another harness holds, naming it from its lock's note."""
+    problem = InputProblem(str(folder), LOCK_FILE, f"results folder in use by {lock_holder(note)}",
+                           "wait for that harness to finish, or choose another --results_output_path")
+    if started_by_holder(note):
+        problem = InputProblem(str(folder), LOCK_FILE, "this process was started by the harness that holds "
+                               "the folder: the script that runs tunebench ran again inside it",
+                               'put the script\'s calls under `if __name__ == "__main__":`')
+    return InputError([problem])
+
+
+@contextlib.contextmanager
+def results_lock(folder: Path):
+    """Claim `folder` and hold its lock (tunebench.lifetime.run_lock) for the whole run; a second harness gets a
+    clear InputError naming the one that holds it."""
+    claim(folder)
+    with held_while_running(folder / LOCK_FILE, refused=lambda note: _in_use(folder, note)):
+        yield
 
 
 def _remove_experiment_files(folder: Path) -> bool:

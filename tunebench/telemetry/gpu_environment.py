@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tunebench.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
@@ -77,14 +79,11 @@ def _number(text: str) -> float | None:
 def own_processes(root: int) -> set[int]:
     """`root` and every live process below it (the harness: its experiments, their ranks and launchers)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    fields = handle.read().rsplit(b")", 1)[-1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry))
+    for process in psutil.process_iter():
+        try:
+            children.setdefault(process.ppid(), []).append(process.pid)
+        except psutil.Error:  # gone since the listing
+            continue
     found, pending = {root}, [root]
     while pending:
         for child in children.get(pending.pop(), []):
@@ -95,7 +94,7 @@ def own_processes(root: int) -> set[int]:
 
 
 def _process_exists(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
+    return psutil.pid_exists(pid)
 
 
 def cpu_governors() -> str | None:
@@ -113,7 +112,8 @@ def cpu_governors() -> str | None:
 
 
 def cpu_model() -> str | None:
-    """The host's CPU model name (/proc/cpuinfo); None where unreadable (not Linux)."""
+    """The host's CPU model name (/proc/cpuinfo); None where unreadable (not Linux). Read by hand: psutil has no
+    CPU model name."""
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")

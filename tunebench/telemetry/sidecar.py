@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from tunebench.lifetime import preexec_dying_with_parent
+from tunebench.lifetime.parent_death import preexec_dying_with_parent
 from tunebench.telemetry.gpus import QUERY_TIMEOUT_S, GpuInfo
 from tunebench.telemetry.poll_log import POLL_FIELDS, empty_summary, parse_poll_text, summarize_poll_log
 

@@ -67,7 +67,8 @@ def tune(options: TuneOptions, checked: bool = False) -> TuneResult:
 
 
 def _search(options: TuneOptions) -> TuneResult:
-    from tunebench.execution.guard import results_lock, stop_on_signals
+    from tunebench.lifetime.stop_signals import stop_on_signals
+    from tunebench.results.folder import results_lock
     from tunebench.results.summaries import rows_on_disk
     from tunebench.tuning import output, prune
     from tunebench.tuning.runs import HarnessRuns

@@ -3,7 +3,7 @@ on disk, long runs, SIGKILL of the harness, read-only and full filesystems, corr
 no process survives.
 
 Reached through the modules it calls (`plan`'s command line and the harness's watchdog):
-tunebench/cli/plan.py, tunebench/execution/guardian.py."""
+tunebench/cli/plan.py, tunebench/lifetime/orphan_watchdog.py."""
 
 from __future__ import annotations
 

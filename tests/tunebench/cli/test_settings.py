@@ -103,7 +103,7 @@ def test_a_regular_file_as_results_path_is_an_input_error(tmp_path, capsys):
 
 
 def test_a_second_harness_on_the_same_results_folder_is_refused(tmp_path, capsys):
-    from tunebench.execution.guard import results_lock
+    from tunebench.results.folder import results_lock
 
     options = write_inputs(tmp_path, [tiny_scenario()])
     out = tmp_path / "out"

@@ -4,7 +4,7 @@ process-group killing.
 Reached through the modules it calls (the launchers and the preload server):
 tunebench/execution/launchers/accelerate.py, tunebench/execution/launchers/torchrun.py,
 tunebench/execution/launchers/ranks.py, tunebench/execution/launchers/forkserver.py,
-tunebench/execution/preload.py, tunebench/execution/forkserver_guard.py, tunebench/experiment/preloaded.py."""
+tunebench/execution/preload.py, tunebench/lifetime/forkserver_setup.py, tunebench/experiment/preloaded.py."""
 
 import json
 import os

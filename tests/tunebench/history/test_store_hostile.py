@@ -24,7 +24,6 @@ pytest.importorskip("ruptures")
 
 from tests.fixtures.history import results_folder  # noqa: E402
 from tunebench.cli import history as command  # noqa: E402
-from tunebench.history import store as history_store  # noqa: E402
 
 
 class Stored(tuple):
@@ -127,7 +126,7 @@ def test_a_store_on_a_read_only_filesystem_is_one_line(stored, tmp_path, capsys,
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(history_store.os, "open", read_only)
+    monkeypatch.setattr(os, "open", read_only)  # filelock opens the lock through it
     path = tmp_path / "h.duckdb"
     assert command.main(["add", str(stored[1]), "--store", str(path)]) == 2
     err = capsys.readouterr().err

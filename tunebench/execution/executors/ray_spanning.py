@@ -5,7 +5,7 @@ bundle picks rank 0's address and a free port there; then every bundle runs the 
 node rank (`run_task` with a `Rendezvous`). The driver advances each such run as its object refs become ready,
 side by side with the single-node tasks. A node that fails (or dies) fails the row; the other nodes get a grace
 period to end by themselves (their ranks lose their peer), then their tasks are cancelled, which stops their
-launchers (they die with their Ray worker: tunebench.lifetime). The placement group is always removed.
+launchers (they die with their Ray worker: tunebench.lifetime.parent_death). The placement group is always removed.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from tunebench.experiment.spec import ExperimentSpec
 from tunebench.fileio import library_cache_environment
-from tunebench.lifetime import LAUNCHED_GROUP_ENV
+from tunebench.lifetime.parent_death import LAUNCHED_GROUP_ENV
 from tunebench.telemetry.environment import cuda_alloc_conf
 
 logger = logging.getLogger(__name__)

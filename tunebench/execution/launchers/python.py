@@ -15,7 +15,7 @@ from tunebench.execution.launchers.base import (
     python_entry,
 )
 from tunebench.experiment.spec import ExperimentSpec
-from tunebench.lifetime import preexec_dying_with_parent
+from tunebench.lifetime.parent_death import preexec_dying_with_parent
 
 logger = logging.getLogger(__name__)
 

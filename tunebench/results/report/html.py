@@ -7,6 +7,8 @@ import html
 import logging
 from collections.abc import Sequence
 
+from tunebench.results.report.templates import render
+
 logger = logging.getLogger(__name__)
 
 # Long labels, values and error lines wrap inside their cells (overflow-wrap:anywhere lets a table shrink below
@@ -37,7 +39,10 @@ WARN_GLYPH = "!"
 
 
 class Html(str):
-    """Markup already escaped: a table cell holding it is written as is."""
+    """Markup already escaped: a table cell holding it is written as is (`__html__`: jinja2's mark of markup)."""
+
+    def __html__(self) -> str:
+        return str(self)
 
 
 def escape(value: object) -> str:
@@ -55,17 +60,10 @@ def img(png: bytes, alt: str) -> str:
 
 def table(headers: list[str], rows: list[list[object]], numeric: set[int] = frozenset(), cls: str = "",
           notes: Sequence[str | None] | None = None) -> str:
-    """`notes[i]`, when given, is a full-width line right under row i (e.g. that row's measurement warning)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = []
-    for i, row in enumerate(rows):
-        cells = "".join(f'<td class="num">{escape(c)}</td>' if j in numeric else f"<td>{escape(c)}</td>"
-                        for j, c in enumerate(row))
-        body.append(f"<tr>{cells}</tr>")
-        note = notes[i] if notes is not None else None
-        if note:
-            body.append(f'<tr class="warning"><td colspan="{len(headers)}">{escape(note)}</td></tr>')
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    """`notes[i]`, when given, is a full-width line right under row i (e.g. that row's measurement warning).
+    Rendered from templates/table.html.j2: every header, cell and note escaped unless it is Html."""
+    paired = [(row, notes[i] if notes is not None else None) for i, row in enumerate(rows)]
+    return render("table.html.j2", headers=headers, rows=paired, numeric=numeric, cls=cls)
 
 
 def omitted(reason: str) -> str:

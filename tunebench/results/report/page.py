@@ -33,6 +33,7 @@ from tunebench.results.report import predictions as report_predictions
 from tunebench.results.report import projection as report_projection
 from tunebench.results.report import tune as report_tune
 from tunebench.results.report.html import CSS, img, omitted, table
+from tunebench.results.report.templates import markup, render
 from tunebench.results.row_values import frame_problems
 from tunebench.vocabulary import Status
 
@@ -246,60 +247,45 @@ def _environment(df: pd.DataFrame) -> str:
 
 
 def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None, samples=(None, None)) -> str:
-    """The whole HTML page (charts embedded as base64 PNG) for one results CSV; `samples` = the step samples of
-    (reference, results) for the comparison."""
+    """The whole HTML page (charts embedded as base64 PNG) for one results CSV, from templates/page.html.j2;
+    `samples` = the step samples of (reference, results) for the comparison."""
     metric_cols = [c for c in df.columns if rules.metric_family(c)]
     # A copy: numeric_metrics assigns column by column, which leaves a wide CSV's frame fragmented.
     df = numeric_metrics(df, metric_cols, "results").copy()
     df["_label"], df["_status"] = _labels(df), _status(df)
     warnings = warn.warning_texts(df)
-    status_counts = df["_status"].value_counts()
-    pills = " ".join(f'<span class="pill">{html.escape(s)}: {n}</span>' for s, n in status_counts.items())
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     ok = df[df["_status"] == Status.OK]
-    body = [
-        "<h1>tunebench report</h1>",
-        f'<p class="meta">source: <code>{html.escape(source)}</code> · generated {now} · {len(df)} experiment rows '
-        f"{pills}</p>",
-        warn.summary(df),
-        report_tune.section(source),  # a folder `benchmark.py tune` wrote: its winner first
-        "<h2>Experiments</h2>",
-        _experiments_table(df, warnings),
-        "<h2>Memory breakdown (scanner)</h2>",
-        _chart(charts.breakdown_chart, df, df["_label"], MEMORY_PARTS, "scan_mem_peak_allocated",
-               "Memory by category"),
-        "<h2>Step time breakdown (scanner)</h2>",
-        _chart(charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step", "Time per step by phase"),
-        "<h2>Scaling with GPU count</h2>",
-        _scaling_section(ok, warnings),
-        "<h2>Memory vs effective batch size</h2>",
-        _chart(charts.curves_chart, ok, "effective_batch_size", _memory_panels(ok),
-               _families(ok, "effective_batch_size", "per_device_train_batch_size"), "Memory vs effective batch size"),
-        "<h2>Pareto front: tokens/s against memory and energy</h2>",
-        _pareto_section(ok),
-        report_acceleration.section(df, df["_label"], warnings),  # with its heading; none for older CSVs
-        "<h2>Padding and attention kernels</h2>",
-        _padding_section(df, warnings),
-        "<h2>Memory: predicted before launch vs measured</h2>",
-        report_predictions.section(df, df["_label"]),
-        report_fit_map.section(source),  # a `plan --fit_map` beside the CSV: its batch × length map
-        report_projection.section(source),  # a `plan --project_from` beside the CSV: tokens/s by GPU kind
-        "<h2>Failures</h2>",
-        _failures_table(df),
-        "<h2>Environment</h2>",
-        _environment(df),
-    ]
+    sections = {
+        "warning_summary": warn.summary(df),
+        "tune": report_tune.section(source),  # a folder `benchmark.py tune` wrote: its winner first
+        "experiments": _experiments_table(df, warnings),
+        "memory_breakdown": _chart(charts.breakdown_chart, df, df["_label"], MEMORY_PARTS, "scan_mem_peak_allocated",
+                                   "Memory by category"),
+        "time_breakdown": _chart(charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step",
+                                 "Time per step by phase"),
+        "scaling": _scaling_section(ok, warnings),
+        "memory_vs_batch": _chart(charts.curves_chart, ok, "effective_batch_size", _memory_panels(ok),
+                                  _families(ok, "effective_batch_size", "per_device_train_batch_size"),
+                                  "Memory vs effective batch size"),
+        "pareto": _pareto_section(ok),
+        "acceleration": report_acceleration.section(df, df["_label"], warnings),  # with its heading; or none
+        "padding": _padding_section(df, warnings),
+        "predictions": report_predictions.section(df, df["_label"]),
+        "fit_map": report_fit_map.section(source),  # a `plan --fit_map` beside the CSV: its batch × length map
+        "projection": report_projection.section(source),  # a `plan --project_from` beside the CSV: tokens/s by GPU
+        "failures": _failures_table(df),
+        "environment": _environment(df),
+        "comparison": "",
+    }
     if reference is not None:
         result = cmp.compare_frames(reference, df.drop(columns=["_label", "_status"]),
                                     reference_samples=samples[0], results_samples=samples[1])
-        body += [
-            f"<h2>Comparison with reference <code>{html.escape(reference.attrs.get('path', ''))}</code></h2>",
-            report_comparison.section(result, df),
-        ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tunebench report</title>'
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
-    )
+        sections["comparison"] = report_comparison.section(result, df)
+    return render("page.html.j2", css=markup(CSS), source=source, row_count=len(df),
+                  generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  status_counts=list(df["_status"].value_counts().items()),
+                  reference=None if reference is None else reference.attrs.get("path", ""),
+                  **{name: markup(fragment) for name, fragment in sections.items()})
 
 
 def write_report(

@@ -16,9 +16,12 @@ import signal
 import sys
 from collections.abc import Callable
 
-# The harness's pid, for its preload forkserver to die with (tunebench.execution.forkserver_guard reads it there;
+# The harness's pid, for its preload forkserver to die with (tunebench.lifetime.forkserver_setup reads it there;
 # no other process acts on it: an inherited value names another process's harness).
 HARNESS_PID_ENV = "TUNEBENCH_HARNESS_PID"
+# The name of every process forked from that server (execution/preload.py): the server skips re-running the user's
+# `__main__` for these (tunebench.lifetime.forkserver_setup says why).
+PRELOADED_PROCESS_NAME = "tunebench-preloaded"
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>

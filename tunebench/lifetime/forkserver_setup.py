@@ -26,8 +26,7 @@ import os
 import signal
 from multiprocessing import spawn
 
-from tunebench.execution.preload import PRELOADED_PROCESS_NAME
-from tunebench.lifetime import HARNESS_PID_ENV, die_with_parent
+from tunebench.lifetime.parent_death import HARNESS_PID_ENV, PRELOADED_PROCESS_NAME, die_with_parent
 
 _harness = os.environ.get(HARNESS_PID_ENV, "")
 if _harness.isdigit():

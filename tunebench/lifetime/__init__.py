@@ -1,0 +1,1 @@
+"""How tunebench's processes end: none outlives the harness, and one harness holds a results folder at a time."""
