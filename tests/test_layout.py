@@ -141,9 +141,10 @@ def test_no_import_cycles(folder):
 
 # tunebench's layers, top to bottom (README "Data flow"): a module imports only from its own layer or the ones
 # below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design that points up). Root
-# modules (errors, fileio, lifetime) are the base. Planning sits below verify and results: a prediction stands on
-# the experiment's typed settings alone (as scanner/ does on the Trainer), and the verify oracle and the report's
-# prediction section read its rules (peak_rules, prediction_errors), never the other way.
+# modules (errors, fileio, lifetime) and hardware/ (the one GPU table every layer resolves names in) are the base.
+# Planning sits below verify and results: a prediction stands on the experiment's typed settings alone (as scanner/
+# does on the Trainer), and the verify oracle and the report's prediction section read its rules (peak_rules,
+# prediction_errors), never the other way.
 LAYERS = ("cli", "history", "tuning", "api", "matrix", "execution", "verify", "results", "planning", "experiment",
           "telemetry", "base")
 

@@ -162,7 +162,7 @@ def _run_options(opt) -> None:
         "`<out>/projection.csv`; several GPU kinds: `--plan_device \"NVIDIA H200, NVIDIA L40S\"` (README "
         "\"Projection\")")
     opt("--gpu_table", metavar="YAML", help="GPUs added to, or figures overriding, the GPU table that --plan_device "
-        "names resolve in (`tunebench/planning/projection/gpus.yaml`: memory, compute capability, rates)")
+        "names resolve in (`tunebench/hardware/gpus.yaml`: memory, compute capability, rates)")
     opt("--gpu_hour_usd", type=float, metavar="USD", help="the target's price per GPU hour, for "
         "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")
     opt("--project_num_gpus", type=int, default=None, metavar="N",

@@ -56,7 +56,7 @@ class TuneOptions:
     log_level: str = "INFO"
     grid: bool = False
     project_to: str | None = None  # rank for this GPU kind, from the runs here projected onto it
-    # a user GPU table for --project_to and plan_device (planning/projection/gpus.yaml's form)
+    # a user GPU table for --project_to and plan_device (hardware/gpus.yaml's form)
     gpu_table: str | None = None
 
     @property

@@ -12,7 +12,7 @@ import pytest
 from scanner.kernel_split import flat_kernels, summarise_kernels, write_rows
 from tests.fixtures.harness import REPO
 from tests.fixtures.projection import PHASE_US, STEADY_US, kernel_rows, make_results
-from tunebench.planning.projection.gpu_table import Gpu
+from tunebench.hardware.gpus import Gpu
 from tunebench.planning.projection.host_replay import Timeline, calibrate
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds
 

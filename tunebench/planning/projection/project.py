@@ -18,7 +18,7 @@ import pandas as pd
 
 import tunebench.planning.projection.ranks as ranks
 from tunebench.experiment.sharding import parallelism_of
-from tunebench.planning.projection.gpu_table import Gpu, GpuTable
+from tunebench.hardware.gpus import Gpu, GpuTable
 from tunebench.planning.projection.host_replay import project_replay
 from tunebench.planning.projection.kernel_model import (
     Rates,

@@ -22,7 +22,7 @@ from tests.fixtures.projection import (
     make_results,
     measured_row,
 )
-from tunebench.planning.projection.gpu_table import Gpu, load_table
+from tunebench.hardware.gpus import Gpu, load_table
 from tunebench.planning.projection.kernel_model import Rates, kernel_seconds, matmul_work
 from tunebench.planning.projection.project import project_one, project_rows
 from tunebench.planning.projection.step_model import Measured, project_step

@@ -11,8 +11,8 @@ import pytest
 
 from tests.fixtures.harness import REPO
 from tests.fixtures.projection import kernel_rows, measured_row
+from tunebench.hardware.gpus import load_table
 from tunebench.planning.projection import ranks
-from tunebench.planning.projection.gpu_table import load_table
 from tunebench.planning.projection.memory import verdict
 from tunebench.planning.projection.project import project_one
 
