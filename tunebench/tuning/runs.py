@@ -118,7 +118,7 @@ def projected(rows: list[dict[str, Any]], options: TuneOptions) -> list[dict[str
     be projected gets the proj_note saying why, and no objective)."""
     import pandas as pd
 
-    from tunebench.planning.projection.project import project_rows
+    from tunebench.projection.project import project_rows
     from tunebench.results.folder import folders_by_id
 
     if not rows:
