@@ -13,7 +13,7 @@ import os
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.api.checks import cli_ranges
-from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT, MatrixOptions
+from tunebench.api.matrix import CPU_SCENARIOS, INPUTS_ROOT, MatrixOptions
 from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
 from tunebench.bounds import COUNT, Range
@@ -123,11 +123,11 @@ def _matrix_options(opt) -> None:
 def _input_options(opt) -> None:
     opt("--scenarios_config_path", metavar="YAML",
         help=f"scenarios (default `scenarios.yaml`; `{CPU_SCENARIOS}` when no GPU is present)")
-    opt("--defaults_config_path", metavar="YAML", default=str(REPO_ROOT / "defaults.yaml"),
+    opt("--defaults_config_path", metavar="YAML", default=str(INPUTS_ROOT / "defaults.yaml"),
         help="arguments of every experiment (`defaults.yaml`)")
-    opt("--framework_configs_path", metavar="YAML", default=str(REPO_ROOT / "framework_configs.yaml"),
+    opt("--framework_configs_path", metavar="YAML", default=str(INPUTS_ROOT / "framework_configs.yaml"),
         help="framework configs (`framework_configs.yaml`)")
-    opt("--accelerate_config", metavar="YAML", default=str(REPO_ROOT / "accelerate.yaml"),
+    opt("--accelerate_config", metavar="YAML", default=str(INPUTS_ROOT / "accelerate.yaml"),
         help="accelerate config of multi-process runs (`accelerate.yaml`); must exist")
     opt("--results_output_path", metavar="DIR", default="results",
         help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (README \"What tunebench "
