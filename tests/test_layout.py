@@ -139,13 +139,16 @@ def test_no_import_cycles(folder):
     assert cycles == [], f"import cycles in {folder}/: {cycles}"
 
 
-# tunebench's layers, top to bottom (docs/explanations/data-flow.md): a module imports only from its own layer or the
-# ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design that points up). Root
-# modules (errors, fileio) and the lifetime/ package are the base. Planning sits below verify and results: a
-# prediction stands on the experiment's typed settings alone (as scanner/ does on the Trainer), and the verify oracle
-# and the report's prediction section read its rules (peak_rules, prediction_errors), never the other way.
-LAYERS = ("cli", "history", "tuning", "api", "matrix", "execution", "verify", "results", "planning", "experiment",
-          "telemetry", "base")
+# tunebench's layers, top to bottom (docs/explanations/data-flow.md): a module imports only from its own layer or
+# the ones below it, `if TYPE_CHECKING:` imports included (an annotation that points up is a design that points
+# up). Root modules (errors, fileio), the lifetime/ package and hardware/ (the one GPU table every layer resolves
+# names in) are the base.
+# Planning sits below verify and results: a prediction stands on the experiment's typed settings alone (as scanner/
+# does on the Trainer), and the verify oracle and the report's prediction section read its rules (peak_rules,
+# prediction_errors), never the other way. Projection (measured rows onto another GPU) plans nothing: it stands on
+# planning (a spec re-planned for the target) and is called from above (api, tuning), never from below.
+LAYERS = ("cli", "history", "tuning", "api", "matrix", "execution", "verify", "results", "projection", "planning",
+          "experiment", "telemetry", "base")
 
 
 def _layer(module: str) -> str:

@@ -1,6 +1,6 @@
 """The dtype every ATen and functional op returns under CUDA's bf16 autocast, for the fake step's CUDA rules.
 
-    python3 scripts/gpu/autocast_probe.py tunebench/planning/autocast_cuda.csv
+    python3 scripts/gpu/autocast_probe.py docs/evidence/layer-families-h100/autocast_cuda.csv
 
 The fake step runs CPU kernels and applies CUDA's autocast policy by the name of each Python call
 (tunebench.planning.cuda_semantics). A name-based list misses ops that CUDA casts without being on the list

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from tunebench.api.projecting import ProjectionOptions, projection_frame  # noqa: E402
 from tunebench.planning.plan_matrix import plan_experiments  # noqa: E402
-from tunebench.planning.projection.memory import spec_of  # noqa: E402
+from tunebench.projection.memory import spec_of  # noqa: E402
 from tunebench.results.compare.samples import write_reference  # noqa: E402
 from tunebench.results.summaries import write_summaries  # noqa: E402
 

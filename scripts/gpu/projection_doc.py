@@ -152,7 +152,7 @@ def write_doc(path: Path, outs, frames, peaks, headline, shipped, ratios, stats,
     parts = [
         "# Projection: from one measured run to another GPU kind (H100 ↔ H200, issue U)", "",
         "The same experiments (`scripts/gpu/scenarios-projection.yaml`) measured on one H100 and on one H200; each "
-        "projected from its own measurement onto the other GPU with `tunebench/planning/projection` "
+        "projected from its own measurement onto the other GPU with `tunebench/projection` "
         "(docs/guides/plan.md, \"Projection\"), and the projection compared with what the other GPU measured.", "",
         *_setup(outs, frames, peaks),
         "## Commands", "", COMMANDS, "",

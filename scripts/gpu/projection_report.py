@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from scanner.kernel_split import read_rows  # noqa: E402
 from tunebench.api.projecting import measured_frame  # noqa: E402
-from tunebench.planning.projection.gpu_table import load_table  # noqa: E402
-from tunebench.planning.projection.kernel_model import Rates, kernel_seconds  # noqa: E402
-from tunebench.planning.projection.project import project_rows  # noqa: E402
+from tunebench.hardware.gpus import load_table  # noqa: E402
+from tunebench.projection.kernel_model import Rates, kernel_seconds  # noqa: E402
+from tunebench.projection.project import project_rows  # noqa: E402
 from tunebench.results.folder import folders_by_id  # noqa: E402
 
 PHASES = ("forward", "backward", "clip", "optimizer", "other")

@@ -1,6 +1,6 @@
 """The fused attention kernel CUDA's SDPA picks for each kind of input, for the fake step's kernel choice.
 
-    python3 scripts/gpu/sdpa_probe.py tunebench/planning/sdpa_choice_cuda.csv
+    python3 scripts/gpu/sdpa_probe.py docs/evidence/layer-families-h100/sdpa_choice_cuda.csv
 
 The fake step predicts what attention keeps for backward by the kernel a GPU would pick
 (tunebench.planning.attention_kernels.choose_kernel). This asks the GPU instead of assuming: torch's own selector

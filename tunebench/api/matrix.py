@@ -42,6 +42,9 @@ from tunebench.vocabulary import Device
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The default input files (defaults.yaml, framework_configs.yaml, accelerate.yaml, the scenario sets): the checkout's
+# own, or an installed wheel's copies (setup.py puts them in tunebench/inputs/)
+INPUTS_ROOT = REPO_ROOT if (REPO_ROOT / "defaults.yaml").is_file() else REPO_ROOT / "tunebench" / "inputs"
 CPU_SCENARIOS = "scenarios-cpu.yaml"
 # Experiments of one command (matrix × repeats): each is validated, given a folder and a row before anything runs.
 MAX_RUNS = 10_000
@@ -56,11 +59,11 @@ class MatrixOptions:
 
     scenarios: str | os.PathLike | None = checked_field(  # None: scenarios.yaml on a GPU host, else scenarios-cpu.yaml
         "--scenarios_config_path", default=None, example="'scenarios.yaml'")
-    defaults: str | os.PathLike = checked_field("--defaults_config_path", default=str(REPO_ROOT / "defaults.yaml"))
+    defaults: str | os.PathLike = checked_field("--defaults_config_path", default=str(INPUTS_ROOT / "defaults.yaml"))
     framework_configs: str | os.PathLike = checked_field("--framework_configs_path",
-                                                         default=str(REPO_ROOT / "framework_configs.yaml"))
+                                                         default=str(INPUTS_ROOT / "framework_configs.yaml"))
     accelerate_config: str | os.PathLike = checked_field("--accelerate_config",
-                                                         default=str(REPO_ROOT / "accelerate.yaml"))
+                                                         default=str(INPUTS_ROOT / "accelerate.yaml"))
     device: Device = checked_field("--device", default=Device.AUTO, example="'cpu'")
     num_gpus: list[int] = checked_field("--num_gpus_matrix", COUNT, nonempty=True, default_factory=lambda: [1],
                                         example="[1, 2]")
@@ -215,7 +218,7 @@ def build(options: MatrixOptions, problems: list[InputProblem] | None = None, in
     shared_broken = len(problems) > before  # defaults, framework configs, GPUs: every experiment depends on them
     given = (scenario_file, scenarios_source) if scenario_file is not None else (None, None)
     if scenario_file is None:
-        scenarios_source = options.scenarios or str(REPO_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"
+        scenarios_source = options.scenarios or str(INPUTS_ROOT / ("scenarios.yaml" if inputs.device_type == "cuda"
                                                                  else CPU_SCENARIOS))
         if not options.scenarios and inputs.device_type == "cpu":
             logger.info("no GPU found: using the CPU scenario set %s", scenarios_source)

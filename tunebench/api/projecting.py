@@ -2,7 +2,7 @@
 `benchmark.py plan --project_from RESULTS --plan_device GPU`'s projection.csv as a DataFrame.
 
 The typed options are checked at the edge; the results folder's rows and its experiment folders are read once, each
-GPU kind is resolved once in the one GPU table (planning.gpu_target), and planning.projection projects from what
+GPU kind is resolved once in the one GPU table (planning.gpu_target), and tunebench.projection projects from what
 it is handed (it reads no results folder).
 """
 
@@ -20,7 +20,7 @@ from tunebench.errors import InputError, InputProblem
 
 logger = logging.getLogger(__name__)
 
-PARALLELISMS = ("ddp", "fsdp2")  # how N GPUs share a one-GPU row's work (planning.projection.ranks)
+PARALLELISMS = ("ddp", "fsdp2")  # how N GPUs share a one-GPU row's work (projection.ranks)
 
 
 @dataclass
@@ -90,8 +90,8 @@ def projection_frame(options: ProjectionOptions):
     """projection.csv's rows, every target's after the other; problems in the command line's words (the CLI's)."""
     import pandas as pd
 
-    from tunebench.planning.projection.memory import with_verdicts
-    from tunebench.planning.projection.project import project_rows
+    from tunebench.projection.memory import with_verdicts
+    from tunebench.projection.project import project_rows
     from tunebench.results.folder import folders_by_id
 
     root = Path(options.project_from)

@@ -4,7 +4,7 @@
     benchmark.py bisect --package NAME --good VER --bad VER --versions V1 V2 ... [--pip_args ARGS] [options] -- ...
 
 BENCHMARK ARGS are benchmark.py's options selecting one experiment. Each step runs it with the candidate's code
-first on PYTHONPATH (tunebench.history.bisect), adds the run to the history store (label `bisect <ref>`) and
+first on PYTHONPATH (tunebench.history.bisect.candidates), adds the run to the history store (label `bisect <ref>`) and
 judges it against the good ref with compare's statistics (a regression = bad). Exit 0 with the first bad ref
 printed; 2 on bad input; 3 when the answer cannot be had (the bad ref is not worse, a run failed or stayed
 unstable).
@@ -23,7 +23,7 @@ from tunebench.bounds import Range
 from tunebench.cli.parsing import Parser, option_problems, parse
 from tunebench.errors import InputError, InputProblem
 from tunebench.fileio import LOOKED_AT, looked_at
-from tunebench.history.bisection import Bisection, BisectOptions, CannotTell, candidates, search
+from tunebench.history.bisect.search import Bisection, BisectOptions, CannotTell, candidates, search
 from tunebench.lifetime.stop_signals import HarnessStopped
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import os
 from transformers.hf_argparser import string_to_bool
 
 from tunebench.api.checks import cli_ranges
-from tunebench.api.matrix import CPU_SCENARIOS, REPO_ROOT, MatrixOptions
+from tunebench.api.matrix import CPU_SCENARIOS, INPUTS_ROOT, MatrixOptions
 from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
 from tunebench.bounds import COUNT, Range
@@ -148,11 +148,12 @@ def _matrix_options(opt) -> None:
 def _input_options(opt) -> None:
     opt("--scenarios_config_path", group="inputs", metavar="YAML",
         help=f"scenarios (default `scenarios.yaml`; `{CPU_SCENARIOS}` when no GPU is present)")
-    opt("--defaults_config_path", group="inputs", metavar="YAML", default=str(REPO_ROOT / "defaults.yaml"),
+    opt("--defaults_config_path", group="inputs", metavar="YAML", default=str(INPUTS_ROOT / "defaults.yaml"),
         help="arguments of every experiment (`defaults.yaml`)")
-    opt("--framework_configs_path", group="inputs", metavar="YAML", default=str(REPO_ROOT / "framework_configs.yaml"),
+    opt("--framework_configs_path", group="inputs", metavar="YAML",
+        default=str(INPUTS_ROOT / "framework_configs.yaml"),
         help="framework configs (`framework_configs.yaml`)")
-    opt("--accelerate_config", group="inputs", metavar="YAML", default=str(REPO_ROOT / "accelerate.yaml"),
+    opt("--accelerate_config", group="inputs", metavar="YAML", default=str(INPUTS_ROOT / "accelerate.yaml"),
         help="accelerate config of multi-process runs (`accelerate.yaml`); must exist")
     opt("--results_output_path", group="output", metavar="DIR", default="results",
         help="output folder: new, empty, or one tunebench wrote; anything else is exit 2 (docs/guides/running.md, "
@@ -230,7 +231,7 @@ def _planning_options(opt) -> None:
         "\"Projection\")")
     opt("--gpu_table", group="planning", metavar="YAML",
         help="GPUs added to, or figures overriding, the GPU table that --plan_device "
-        "names resolve in (`tunebench/planning/projection/gpus.yaml`: memory, compute capability, rates)")
+        "names resolve in (`tunebench/hardware/gpus.yaml`: memory, compute capability, rates)")
     opt("--gpu_hour_usd", group="planning", only=PLAN, type=float, metavar="USD",
         help="the target's price per GPU hour, for "
         "`proj_usd_per_million_tokens` (no prices are shipped; several targets: `usd_per_hour` in --gpu_table)")

@@ -25,7 +25,8 @@ def choose_kernel(query, key, value, attn_mask, dropout_p: float, arch: int, ena
                   is_causal: bool = False) -> str:
     """The kernel torch's SDPA picks on a GPU of compute capability `arch` for these inputs: torch's own eligibility
     rules, check by check (planning.sdpa_rules). On H100 (torch 2.11) they give torch's own selector's choice for
-    all 864 inputs of tunebench/planning/sdpa_choice_cuda.csv (tests/tunebench/planning/test_attention_kernels.py)."""
+    all 864 inputs of docs/evidence/layer-families-h100/sdpa_choice_cuda.csv
+    (tests/tunebench/planning/test_attention_kernels.py)."""
     from tunebench.planning.sdpa_rules import SdpaCall, choose
 
     return choose(SdpaCall.of(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa), arch)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.planning.projection.gpu_table import Gpu, GpuTable, load_table
+from tunebench.hardware.gpus import Gpu, GpuTable, load_table
 
 logger = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tunebench.experiment.quantization import quantization_of
 from tunebench.experiment.spec import ExperimentSpec
+from tunebench.hardware.gpus import load_table
 from tunebench.planning.allocator_slack import verdict_columns
 from tunebench.planning.predict import memory_text, predict, shape_and_sharding
 from tunebench.planning.sharding_notes import note as sharding_note
@@ -61,8 +62,6 @@ def plan_experiments(experiments: list[ExperimentSpec], capacity: int | None, ho
 
 def table_arch(device_name: str | None) -> int | None:
     """The compute capability the shipped GPU table gives `device_name` (None: not in it)."""
-    from tunebench.planning.projection.gpu_table import load_table
-
     gpu = load_table().lookup(device_name)
     return gpu.arch() if gpu else None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
 from tunebench.experiment.ranges import Range
+from tunebench.hardware.gpus import load_table
 from tunebench.tuning.options import TuneOptions
 
 logger = logging.getLogger(__name__)
@@ -153,8 +154,6 @@ def config_file_problems(options: TuneOptions) -> list[InputProblem]:
 def project_to_problems(target: str | None, gpu_table: str | None, num_gpus: int) -> list[InputProblem]:
     """--gpu_table readable, and --project_to a GPU of the table (the shipped one merged with --gpu_table's), runs on
     one GPU."""
-    from tunebench.planning.projection.gpu_table import load_table
-
     try:
         table = load_table(gpu_table)
     except InputError as exc:  # the file's problems, each saying which option named the file

@@ -15,7 +15,7 @@ OBJECTIVES = {  # objective -> (the results column it is computed from, its unit
     Objective.JOULES_PER_TOKEN: ("steady_energy_joules_per_nonpad_token", "J/token"),
     Objective.COST: ("steady_nonpad_tokens_per_second", "$/Mtoken"),
 }
-# With --project_to: the same objectives from the run projected onto the other GPU (tunebench.planning.projection).
+# With --project_to: the same objectives from the run projected onto the other GPU (tunebench.projection).
 PROJECTED = {
     Objective.TOKENS_PER_SECOND: "proj_steady_nonpad_tokens_per_second",
     Objective.JOULES_PER_TOKEN: "proj_joules_per_token",
@@ -56,7 +56,7 @@ class TuneOptions:
     log_level: str = "INFO"
     grid: bool = False
     project_to: str | None = None  # rank for this GPU kind, from the runs here projected onto it
-    # a user GPU table for --project_to and plan_device (planning/projection/gpus.yaml's form)
+    # a user GPU table for --project_to and plan_device (hardware/gpus.yaml's form)
     gpu_table: str | None = None
 
     @property

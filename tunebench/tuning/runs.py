@@ -16,6 +16,7 @@ from tunebench.api.matrix import Matrix, MatrixInputs, MatrixOptions, build
 from tunebench.api.running import RunSettings, run_prepared
 from tunebench.errors import InputError, InputProblem
 from tunebench.execution.processes import RunSession
+from tunebench.hardware.gpus import load_table, resolve
 from tunebench.matrix.inputs import parse_scenarios
 from tunebench.tuning.option_checks import in_users_words
 from tunebench.tuning.options import TuneOptions
@@ -117,8 +118,7 @@ def projected(rows: list[dict[str, Any]], options: TuneOptions) -> list[dict[str
     be projected gets the proj_note saying why, and no objective)."""
     import pandas as pd
 
-    from tunebench.planning.projection.gpu_table import load_table, resolve
-    from tunebench.planning.projection.project import project_rows
+    from tunebench.projection.project import project_rows
     from tunebench.results.folder import folders_by_id
 
     if not rows:

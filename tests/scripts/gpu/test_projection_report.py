@@ -12,9 +12,9 @@ import pytest
 from scanner.kernel_split import flat_kernels, summarise_kernels, write_rows
 from tests.fixtures.harness import REPO
 from tests.fixtures.projection import PHASE_US, STEADY_US, kernel_rows, make_results
-from tunebench.planning.projection.gpu_table import Gpu
-from tunebench.planning.projection.host_replay import Timeline, calibrate
-from tunebench.planning.projection.kernel_model import Rates, kernel_seconds
+from tunebench.hardware.gpus import Gpu
+from tunebench.projection.host_replay import Timeline, calibrate
+from tunebench.projection.kernel_model import Rates, kernel_seconds
 
 sys.path.insert(0, str(REPO / "scripts/gpu"))
 H100 = Gpu("h100", (), {"bf16_tflops": 798, "memory_tb_per_s": 3.0, "kernel_floor_us": 2.0})

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 pytest.importorskip("ruptures")
 
 from tunebench.errors import InputError  # noqa: E402
-from tunebench.history import bisect  # noqa: E402
+from tunebench.history.bisect.candidates import install_version  # noqa: E402
+from tunebench.history.bisect.search import first_bad  # noqa: E402
 from tunebench.history.changepoints import change_points, regimes  # noqa: E402
 
 
@@ -91,7 +92,7 @@ def test_short_and_broken_series():
 def test_first_bad_probes_log2_of_the_candidates():
     candidates = [f"c{i}" for i in range(17)]
     for first in range(1, 17):
-        found, probed = bisect.first_bad(candidates, lambda i, first=first: i >= first)
+        found, probed = first_bad(candidates, lambda i, first=first: i >= first)
         assert found == first and len(probed) <= 4
 
 
@@ -114,12 +115,12 @@ def test_a_package_version_is_installed_alone_in_a_folder_of_its_own(tmp_path):
     wheels.mkdir()
     for version in ("1.0", "1.1"):
         _wheel(wheels, version)
-    target = bisect.install_version("slowlib", "1.1", tmp_path / "v11", ["--no-index", "--find-links", str(wheels)])
+    target = install_version("slowlib", "1.1", tmp_path / "v11", ["--no-index", "--find-links", str(wheels)])
     out = subprocess.run([sys.executable, "-c", "import slowlib; print(slowlib.VERSION)"], capture_output=True,
                          text=True, env={"PYTHONPATH": str(target)}).stdout
     assert out.strip() == "1.1"
     with pytest.raises(InputError, match="pip could not install slowlib==2.0"):
-        bisect.install_version("slowlib", "2.0", tmp_path / "v20", ["--no-index", "--find-links", str(wheels)])
+        install_version("slowlib", "2.0", tmp_path / "v20", ["--no-index", "--find-links", str(wheels)])
 
 
 def test_bisect_input_errors_are_exit_2(tmp_path, capsys):

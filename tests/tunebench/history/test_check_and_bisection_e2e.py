@@ -2,7 +2,7 @@
 data loading from run 12 (no argument changed) are added to the store and `history check` exits 1 naming run 12;
 `bisect` over a throwaway git repository finds its planted slow commit.
 
-Reached through the modules it calls (bisect's search and history's report): tunebench/history/bisection.py,
+Reached through the modules it calls (bisect's search and history's report): tunebench/history/bisect/search.py,
 tunebench/history/report.py."""
 
 from __future__ import annotations

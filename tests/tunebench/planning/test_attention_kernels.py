@@ -1,7 +1,7 @@
 """The fused attention kernel the fake step assumes a GPU picks (planning.attention_kernels.choose_kernel), against
 the kernel torch's own selector picked on an H100 for 864 inputs (scripts/gpu/sdpa_probe.py ->
-tunebench/planning/sdpa_choice_cuda.csv): dtypes, query/key and value head sizes, masks, grouped-query heads,
-dropout and lengths."""
+docs/evidence/layer-families-h100/sdpa_choice_cuda.csv): dtypes, query/key and value head sizes, masks,
+grouped-query heads, dropout and lengths."""
 
 import contextlib
 import csv
@@ -12,7 +12,7 @@ import torch
 from tests.fixtures.harness import REPO
 from tunebench.planning.attention_kernels import HOPPER, choose_kernel
 
-TABLE = REPO / "tunebench" / "planning" / "sdpa_choice_cuda.csv"
+TABLE = REPO / "docs" / "evidence" / "layer-families-h100" / "sdpa_choice_cuda.csv"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 

@@ -1,10 +1,10 @@
 """The fake step's CUDA autocast rules (tunebench.planning.cuda_semantics) against CUDA itself.
 
-`tunebench/planning/autocast_cuda.csv` holds, for every ATen, torch.special, torch.linalg and functional op the
-probe could call, the dtype CUDA's bf16 autocast returned on an H100 (scripts/gpu/autocast_probe.py). Each row
-is replayed here on CPU under CPU autocast plus the fake step's rules, and must come out in CUDA's dtype: an op
-that CUDA runs in float32 and the rules miss would keep a bf16 tensor where CUDA keeps a float32 one (the
-squared-ReLU MLP's activations were 28 % short that way).
+`docs/evidence/layer-families-h100/autocast_cuda.csv` holds, for every ATen, torch.special, torch.linalg and
+functional op the probe could call, the dtype CUDA's bf16 autocast returned on an H100
+(scripts/gpu/autocast_probe.py). Each row is replayed here on CPU under CPU autocast plus the fake step's rules,
+and must come out in CUDA's dtype: an op that CUDA runs in float32 and the rules miss would keep a bf16 tensor
+where CUDA keeps a float32 one (the squared-ReLU MLP's activations were 28 % short that way).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.fixtures.harness import REPO
 from tunebench.planning.cuda_semantics import cuda_rules
 
 ROOT = REPO
-TABLE = ROOT / "tunebench" / "planning" / "autocast_cuda.csv"
+TABLE = ROOT / "docs" / "evidence" / "layer-families-h100" / "autocast_cuda.csv"
 # CPU's own autocast policy differs from CUDA's on float32 inputs of two linear-algebra ops no model calls
 # (CPU casts `inner` to bf16 and keeps `pinverse` in float32; CUDA the other way round); the rules follow
 # CUDA's float32 list, which these are not part of.

@@ -14,8 +14,8 @@ import tunebench
 from tests.fixtures.harness import REPO, TINY_DEFAULTS, tiny_scenario, write_inputs
 from tunebench import cli
 from tunebench.errors import InputError
+from tunebench.hardware.gpus import load_table, resolve
 from tunebench.planning.gpu_target import plan_target
-from tunebench.planning.projection.gpu_table import load_table, resolve
 
 H100 = "NVIDIA H100 80GB HBM3"
 # What --plan_device resolved to before the one table (predict.py's DEVICE_MIB and attention_kernels.py's _ARCH):

@@ -17,7 +17,7 @@ from transformers.hf_argparser import string_to_bool
 
 from tunebench.cli import tune as command
 from tunebench.errors import InputError
-from tunebench.planning.projection.gpu_table import load_table
+from tunebench.hardware.gpus import load_table
 from tunebench.tuning.option_checks import RANGES, _distributions, _optimizer_names, plan_device_problem
 from tunebench.tuning.options import TuneOptions
 

@@ -1,5 +1,5 @@
-"""`bisect`'s steps: the candidates between a good and a bad ref (git commits or package versions), the code of one
-candidate made importable, one harness run of the experiment with it, and the search for the first bad one.
+"""`bisect`'s candidates: those between a good and a bad ref (git commits or package versions), the code of one
+candidate made importable, and one harness run of the experiment with it (the search over them: search.py).
 
 A git candidate is exported with `git archive` into a folder of the bisect's own (the user's repository is only
 read) and put first on the experiment's PYTHONPATH: the code under test (a library checkout, a package's source
@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 
 from tunebench.errors import InputError, InputProblem
@@ -29,7 +28,7 @@ from tunebench.lifetime.stop_signals import HarnessStopped, stop_on_signals
 logger = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 120
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark.py"
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmark.py"
 
 
 def git(repo: Path, *args: str, binary: bool = False):
@@ -106,16 +105,3 @@ def run_harness(arguments: list[str], results: Path, path_entry: Path | None, be
             kill_process_group(proc, grace_seconds=10.0)
             raise
 
-
-def first_bad(candidates: list[str], is_bad: Callable[[int], bool]) -> tuple[int, list[int]]:
-    """Binary search of candidates[0] (good) .. candidates[-1] (bad, confirmed by the caller): the index of the first
-    bad one and the indices probed, in order."""
-    low, high, probed = 0, len(candidates) - 1, []
-    while high - low > 1:
-        middle = (low + high) // 2
-        probed.append(middle)
-        if is_bad(middle):
-            high = middle
-        else:
-            low = middle
-    return high, probed

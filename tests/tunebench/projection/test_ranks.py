@@ -11,10 +11,10 @@ import pytest
 
 from tests.fixtures.harness import REPO
 from tests.fixtures.projection import kernel_rows, measured_row
-from tunebench.planning.projection import ranks
-from tunebench.planning.projection.gpu_table import load_table
-from tunebench.planning.projection.memory import verdict
-from tunebench.planning.projection.project import project_one
+from tunebench.hardware.gpus import load_table
+from tunebench.projection import ranks
+from tunebench.projection.memory import verdict
+from tunebench.projection.project import project_one
 
 
 def test_ring_collectives_and_the_overlap_assumption_give_known_answers():

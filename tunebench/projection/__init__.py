@@ -2,9 +2,9 @@
 
     project.py      project_rows: measured rows → the `proj_*` columns on a GPU of the table (handed in resolved)
     memory.py       the memory verdict there: each experiment's spec.json re-planned for the target and N ranks
-    gpu_table.py    the one GPU table (gpus.yaml, merged with a user's --gpu_table): memory, compute capability, rates
     kernel_model.py, host_replay.py, step_model.py, ranks.py: the kernels' roofline, the launch-queue replay,
                     the additive phase model, N GPUs' collectives
 
-The caller reads the results folder and resolves the GPU (tunebench.api.projecting); nothing here reads one.
+The caller reads the results folder and resolves the GPU in the one GPU table (tunebench.hardware.gpus,
+tunebench.api.projecting); nothing here reads one.
 """

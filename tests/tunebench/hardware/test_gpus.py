@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tunebench.errors import InputError
-from tunebench.planning.projection.gpu_table import FIGURES, REQUIRED, load_table, resolve
+from tunebench.hardware.gpus import FIGURES, REQUIRED, load_table, resolve
 
 
 def test_every_shipped_gpu_has_the_rates_and_a_source_for_each_figure():

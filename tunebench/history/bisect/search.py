@@ -1,21 +1,23 @@
 """`bisect`'s search: the first bad git ref (or package version) between a good and a bad one, for one experiment,
 from typed BisectOptions (the command line reads them in tunebench.cli.bisect).
 
-Each step runs the experiment with the candidate's code first on PYTHONPATH (tunebench.history.bisect), adds the run
-to the history store (label `bisect <ref>`) and judges it against the good ref with compare's statistics (a
-regression = bad).
+Each step runs the experiment with the candidate's code first on PYTHONPATH (candidates.py), adds the run to the
+history store (label `bisect <ref>`) and judges it against the good ref with compare's statistics (a regression =
+bad); first_bad halves the candidates.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from tunebench.errors import InputError, InputProblem
-from tunebench.history import bisect, check, metadata, store
+from tunebench.history import check, metadata, store
+from tunebench.history.bisect import candidates as candidate
 from tunebench.results.compare import rules
 from tunebench.results.compare.samples import steady_seconds
 
@@ -46,7 +48,7 @@ class CannotTell(Exception):
 def candidates(options: BisectOptions) -> list[str]:
     """The refs (or versions) from the good one to the bad one, in order."""
     if options.repo:
-        return bisect.commits_between(Path(options.repo), options.good, options.bad)
+        return candidate.commits_between(Path(options.repo), options.good, options.bad)
     versions = list(options.versions or [])
     if len(versions) < 2 or versions[0] != options.good or versions[-1] != options.bad:
         raise InputError([InputProblem("command line", "--versions", "must list the versions in order, from --good "
@@ -68,8 +70,8 @@ class Bisection:
         ref = self.candidates[index]
         folder = self.workdir / "code" / f"{index:03d}"
         if self.options.repo:
-            return bisect.export_commit(Path(self.options.repo), ref, folder)
-        return bisect.install_version(self.options.package, ref, folder, self.options.pip_args.split())
+            return candidate.export_commit(Path(self.options.repo), ref, folder)
+        return candidate.install_version(self.options.package, ref, folder, self.options.pip_args.split())
 
     def run(self, index: int) -> list[dict]:
         """Run candidate `index` once more; its executions so far (all attempts)."""
@@ -77,11 +79,12 @@ class Bisection:
         code = self.workdir / "code" / f"{index:03d}"
         code = code if code.exists() else self._code(index)
         results = self.workdir / "results" / f"{index:03d}-{ref[:12]}-{attempt}"
-        benchmark = code / "benchmark.py" if self.options.harness else bisect.BENCHMARK
+        benchmark = code / "benchmark.py" if self.options.harness else candidate.BENCHMARK
         path_entry = None if self.options.harness else code / self.options.subdir
         results.parent.mkdir(parents=True, exist_ok=True)
         print(f"bisect: running {ref[:12]} ({index + 1}/{len(self.candidates)}) -> {results}", flush=True)
-        code_exit = bisect.run_harness(self.benchmark_args, results, path_entry, benchmark, results.with_suffix(".log"))
+        code_exit = candidate.run_harness(self.benchmark_args, results, path_entry, benchmark,
+                                          results.with_suffix(".log"))
         try:
             found = [e for e in metadata.executions(results) if e["row"].get("status") == "ok"]
         except InputError as exc:  # the candidate's own rows (a tunebench of another version): it cannot be judged
@@ -128,9 +131,23 @@ def _report(bisection: Bisection, verdicts: dict[int, dict], found: int) -> None
         move = f"{move:+.1f} %" if isinstance(move, float) and move == move else ""
         print(f"  {bisection.candidates[index][:12]}  {judged['verdict']:<16} {move}")
     ref = bisection.candidates[found]
-    subject = bisect.git(Path(bisection.options.repo), "log", "-1", "--format=%h %s", ref).strip() \
+    subject = candidate.git(Path(bisection.options.repo), "log", "-1", "--format=%h %s", ref).strip() \
         if bisection.options.repo else f"{bisection.options.package}=={ref}"
     print(f"first bad: {ref}  ({subject})")
+
+
+def first_bad(candidates: list[str], is_bad: Callable[[int], bool]) -> tuple[int, list[int]]:
+    """Binary search of candidates[0] (good) .. candidates[-1] (bad, confirmed by the caller): the index of the first
+    bad one and the indices probed, in order."""
+    low, high, probed = 0, len(candidates) - 1, []
+    while high - low > 1:
+        middle = (low + high) // 2
+        probed.append(middle)
+        if is_bad(middle):
+            high = middle
+        else:
+            low = middle
+    return high, probed
 
 
 def search(bisection: Bisection) -> int:
@@ -149,6 +166,6 @@ def search(bisection: Bisection) -> int:
             raise CannotTell(f"{bisection.candidates[index]} stayed unstable: {verdicts[index].get('detail')}")
         return verdicts[index]["verdict"] == "regression"
 
-    found, _ = bisect.first_bad(bisection.candidates, is_bad)
+    found, _ = first_bad(bisection.candidates, is_bad)
     _report(bisection, verdicts, found)
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tunebench.experiment.spec import SPEC_FILE, ExperimentSpec, FrameworkConfig
-from tunebench.planning.projection.gpu_table import Gpu
+from tunebench.hardware.gpus import Gpu
 from tunebench.readback import load_json
 
 logger = logging.getLogger(__name__)

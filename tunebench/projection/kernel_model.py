@@ -25,7 +25,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from tunebench.planning.projection.gpu_table import Gpu
+from tunebench.hardware.gpus import Gpu
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunebench.planning.projection.host_replay import Timeline, calibrate, project_replay, replay
+from tunebench.projection.host_replay import Timeline, calibrate, project_replay, replay
 
 MS = 1e-3
 

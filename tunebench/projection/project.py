@@ -16,17 +16,17 @@ from typing import Any
 
 import pandas as pd
 
-import tunebench.planning.projection.ranks as ranks
+import tunebench.projection.ranks as ranks
 from tunebench.experiment.sharding import parallelism_of
-from tunebench.planning.projection.gpu_table import Gpu, GpuTable
-from tunebench.planning.projection.host_replay import project_replay
-from tunebench.planning.projection.kernel_model import (
+from tunebench.hardware.gpus import Gpu, GpuTable
+from tunebench.projection.host_replay import project_replay
+from tunebench.projection.kernel_model import (
     Rates,
     kernel_seconds,
     phase_kernel_times,
     phase_kernel_times_from_columns,
 )
-from tunebench.planning.projection.step_model import PHASES, Measured, Projected, project_step
+from tunebench.projection.step_model import PHASES, Measured, Projected, project_step
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ def _communication(row: Any, gpu: Gpu, n: int, parallelism: str | None) -> tuple
     moved = sum(c.payload for c in comms)
     note = (f"; {n}× {parallelism}: {', '.join(f'{c.kind} {c.payload / 1e9:.2f} GB' for c in comms)} per step over "
             f"{link_text}, latency {gpu.cited('link_latency_us')} µs per ring step; exposed {hidden * 1e3:.1f} ms "
-            f"(no overlap with compute: planning/projection/ranks.py)")
+            f"(no overlap with compute: projection/ranks.py)")
     return hidden, moved, note
 
 

@@ -22,10 +22,10 @@ from tests.fixtures.projection import (
     make_results,
     measured_row,
 )
-from tunebench.planning.projection.gpu_table import Gpu, load_table
-from tunebench.planning.projection.kernel_model import Rates, kernel_seconds, matmul_work
-from tunebench.planning.projection.project import project_one, project_rows
-from tunebench.planning.projection.step_model import Measured, project_step
+from tunebench.hardware.gpus import Gpu, load_table
+from tunebench.projection.kernel_model import Rates, kernel_seconds, matmul_work
+from tunebench.projection.project import project_one, project_rows
+from tunebench.projection.step_model import Measured, project_step
 from tunebench.results.folder import folders_by_id
 
 
@@ -69,7 +69,7 @@ def test_each_kernel_scales_with_what_binds_it():
 def test_streaming_kernels_scale_by_their_roofline_and_their_path():
     """Bytes from the operator's shapes; at the source's roofline the kernel scales with its path's streaming rate,
     below it the time stays (no worse than its bytes at the target's rate); reductions keep the class ratio."""
-    from tunebench.planning.projection.kernel_model import streamed_bytes
+    from tunebench.projection.kernel_model import streamed_bytes
 
     shape, types = "[[8,1024,2048],[8,1024,2048]]", '["c10::BFloat16","c10::BFloat16"]'
     n = 8 * 1024 * 2048
@@ -108,7 +108,7 @@ def test_streaming_kernels_scale_by_their_roofline_and_their_path():
 
 
 def test_the_host_speed_is_the_host_step_figure_else_the_same_host():
-    from tunebench.planning.projection.project import host_ratio
+    from tunebench.projection.project import host_ratio
 
     a = Gpu("a", (), {"host_step_us": 20.0, "host_cpu_op_us": 3.0, "host_launch_us": 8.0})
     b = Gpu("b", (), {"host_step_us": 30.0, "host_cpu_op_us": 4.5, "host_launch_us": 6.0})

@@ -40,7 +40,7 @@ MAX_BYTES = 256 * 2**10
 MAX_VALUES = 50_000
 MAX_ENTRIES = 1_000
 MAX_PROBLEMS = 20  # reported at once; past that the file is not a GPU table
-FIX = ("see tunebench/planning/projection/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: "
+FIX = ("see tunebench/hardware/gpus.yaml for the form: gpus: [{name: ..., bf16_tflops: {value: 989, source: "
        "...}}]")
 
 

@@ -1,1 +1,0 @@
-"""Tests of tunebench/planning/projection/."""

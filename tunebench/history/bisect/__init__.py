@@ -1,0 +1,1 @@
+"""`benchmark.py bisect` below its command line: the candidates and how one is run (candidates.py), the search."""
