@@ -47,14 +47,8 @@ GROUP_OF = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="benchmark.py tune", description=(
-        "Find the fastest (or cheapest) way to fine-tune a model that fits: the space of PEFT, checkpointing, "
-        "micro-batch × accumulation, packing, optimizer, torch.compile, Liger and DDP/FSDP is pruned with the "
-        "memory prediction, the likely best points run first as short `steady_state: auto` runs, the leaders get "
-        "a confirming run. Writes <out>/tune.csv (ranked), <out>/tune-scenarios.yaml (the winner) and the "
-        "experiments as ordinary results (CSV, compare, report, resume)."))
-
+def _option_adder(parser: argparse.ArgumentParser):
+    """`opt(*names, **kw)`: an option in its group, its dash spelling too, its checked range in its help."""
     groups = {key: parser.add_argument_group(title) for key, title in TUNE_GROUPS.items()}
 
     def opt(*names, **kw):
@@ -63,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
             kw["help"] = f"{kw['help']} ({allowed.describe()})"
         group = groups[next(key for key, members in GROUP_OF.items() if names[0] in members)]
         group.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+    return opt
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="benchmark.py tune", description=(
+        "Find the fastest (or cheapest) way to fine-tune a model that fits: the space of PEFT, checkpointing, "
+        "micro-batch × accumulation, packing, optimizer, torch.compile, Liger and DDP/FSDP is pruned with the "
+        "memory prediction, the likely best points run first as short `steady_state: auto` runs, the leaders get "
+        "a confirming run. Writes <out>/tune.csv (ranked), <out>/tune-scenarios.yaml (the winner) and the "
+        "experiments as ordinary results (CSV, compare, report, resume)."))
+
+    opt = _option_adder(parser)
 
     opt("--model", required=True, help="model: `preset:<name>`, a local dir or a hub id")
     opt("--num_gpus", type=int, default=1, help="GPUs (CPU: processes); DDP and FSDP variants when > 1")
