@@ -9,6 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 PACKAGES = ("tunebench", "scanner")
+# Code outside the packages: what users and CI run (scripts/), and the code beside the evidence it produced
+# (docs/evidence/<page>/ and docs/evidence/common/: runners, probes, doc generators). Each file runs as a script
+# and imports its neighbours by file name.
+SCRIPT_FOLDERS = ("scripts", "docs/evidence")
 MAX_LINES = 400
 # Modules allowed past MAX_LINES, each with the reason it stays whole. Empty today: keep it that way.
 OVERSIZED: dict[str, str] = {}
@@ -130,10 +134,10 @@ def test_import_graph_resolves_relative_and_lazy_imports(tmp_path):
     assert _cycles({n: _imports(p, n, known) for n, p in known.items()}) == [["pkg.a", "pkg.b"]]
 
 
-@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+@pytest.mark.parametrize("folder", [*PACKAGES, *SCRIPT_FOLDERS])
 def test_no_import_cycles(folder):
     modules = _modules(folder)
-    if folder == "scripts":  # the GPU drivers import each other by file name (scripts/gpu is on sys.path)
+    if folder in SCRIPT_FOLDERS:  # scripts import each other by file name (their folder is on sys.path)
         modules = {path.stem: path for path in modules.values()}
     cycles = _cycles(_graph(modules))
     assert cycles == [], f"import cycles in {folder}/: {cycles}"
@@ -195,7 +199,7 @@ def test_scanner_stands_alone():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+@pytest.mark.parametrize("folder", [*PACKAGES, *SCRIPT_FOLDERS])
 def test_every_module_says_its_purpose(folder):
     missing = [
         str(path.relative_to(ROOT))
@@ -205,7 +209,7 @@ def test_every_module_says_its_purpose(folder):
     assert missing == [], f"modules without a one-line purpose docstring: {missing}"
 
 
-@pytest.mark.parametrize("folder", [*PACKAGES, "scripts"])
+@pytest.mark.parametrize("folder", [*PACKAGES, *SCRIPT_FOLDERS])
 def test_modules_stay_small(folder):
     too_long = {
         str(path.relative_to(ROOT)): n
@@ -338,10 +342,11 @@ def test_each_subcommand_is_a_module_of_the_cli_named_after_it():
 
 # ---------------------------------------------------------------- the tests' house
 # tests/ is laid out like the code: the tests of tunebench/x/y.py are in tests/tunebench/x/, a file named after the
-# module it tests (test_y.py, or test_y_<aspect>.py); scripts/ likewise (tests/scripts/). Shared helpers live in
-# tests/fixtures/ (pytest's hooks and fixtures in tests/conftest.py); the folders below are what other processes
-# run or read, not tests. The root holds the tests of the repository as a whole.
-CODE_FOLDERS = ("tunebench", "scanner", "scripts")
+# module it tests (test_y.py, or test_y_<aspect>.py); scripts/ and docs/evidence/ likewise (tests/scripts/,
+# tests/docs/evidence/<page>/). Shared helpers live in tests/fixtures/ (pytest's hooks and fixtures in
+# tests/conftest.py); the folders below are what other processes run or read, not tests. The root holds the tests
+# of the repository as a whole.
+CODE_FOLDERS = ("tunebench", "scanner", *SCRIPT_FOLDERS)
 SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fakes": "fake nvidia-smi and pynvml",
                    "fault": "a sitecustomize that plants faults", "dist": "workers run under torchrun"}
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
@@ -372,7 +377,8 @@ def _test_layout_problems(tests: Path, repo: Path) -> list[str]:
         elif len(relative.parts) == 1:
             if path.name not in ROOT_TESTS:
                 problems.append(f"{relative}: at the root, but not a test of the whole repository")
-        elif relative.parts[0] not in CODE_FOLDERS or not (repo / relative.parent).is_dir():
+        elif not any(relative.parent.as_posix() == f or relative.parent.as_posix().startswith(f"{f}/")
+                     for f in CODE_FOLDERS) or not (repo / relative.parent).is_dir():
             problems.append(f"{relative}: {relative.parent}/ mirrors no folder of the code")
         else:
             name = path.stem.removeprefix("test_")
@@ -385,13 +391,17 @@ def _test_layout_problems(tests: Path, repo: Path) -> list[str]:
 def test_the_tests_layout_check_finds_planted_misplacements(tmp_path):
     (tmp_path / "tunebench" / "results").mkdir(parents=True)
     (tmp_path / "tunebench" / "results" / "folder.py").write_text('"""f."""\n')
+    (tmp_path / "docs" / "evidence" / "page").mkdir(parents=True)
+    (tmp_path / "docs" / "evidence" / "page" / "page_doc.py").write_text('"""d."""\n')
     tests = tmp_path / "tests"
     for name in ("tunebench/results/test_folder_links.py", "tunebench/results/test_summary.py",
+                 "docs/evidence/page/test_page_doc.py", "docs/guides/test_page_doc.py",
                  "tunebench/nothing/test_x.py", "test_everything.py", "helpers.py", "fixtures/shared.py",
                  "tunebench/conftest.py", "test_layout.py"):
         (tests / name).parent.mkdir(parents=True, exist_ok=True)
         (tests / name).write_text('"""t."""\n')
     assert _test_layout_problems(tests, tmp_path) == [
+        "docs/guides/test_page_doc.py: docs/guides/ mirrors no folder of the code",
         "helpers.py: a helper outside tests/fixtures/",
         "test_everything.py: at the root, but not a test of the whole repository",
         "tunebench/conftest.py: one conftest.py, at the root of tests/",

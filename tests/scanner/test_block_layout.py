@@ -165,10 +165,11 @@ def test_the_replay_follows_a_naive_allocator_at_every_entry(expandable, sizes, 
 
 
 def test_a_real_h100_step_replays_to_the_allocators_own_counter():
-    """SmolLM3-shaped model with rotary-free layers (scripts/gpu/configs/smollm3-nope), full fine-tuning, batch 2
-    × 1024, H100, no expandable segments: the traced step and the block layout when the trace began, recorded
-    by the scanner's memory snapshot (scripts/gpu/peak_snapshot.py). By requests the replay peaked 40.9 MB
-    below the allocator's peak counter (the verify drift of issue T); by blocks it is the counter exactly."""
+    """SmolLM3-shaped model with rotary-free layers (docs/evidence/common/configs/smollm3-nope), full fine-tuning,
+    batch 2 × 1024, H100, no expandable segments: the traced step and the block layout when the trace began,
+    recorded by the scanner's memory snapshot (docs/evidence/layer-families-h100/peak_snapshot.py). By requests the
+    replay peaked 40.9 MB below the allocator's peak counter (the verify drift of issue T); by blocks it is the
+    counter exactly."""
     import gzip
     import json
 

@@ -1,8 +1,8 @@
 """Where a series of runs changed level: PELT with an L1 cost (ruptures) on the log of each run's value.
 
-Chosen by measurement (docs/evidence/changepoint-libraries.md, scripts/changepoint_libraries.py): on 400 synthetic
-step series of 12-40 runs (steps of ±3-20 %, 0.2-0.75 % run-to-run noise, isolated outliers, slow drifts) and 400
-flat ones, PELT-L1 put the change point at the right run in 99.0 % of step series with 2.2 % false alarms on flat
+Chosen by measurement (docs/evidence/changepoint-libraries.md, changepoint_libraries.py in the folder beside it): on 400
+synthetic step series of 12-40 runs (steps of ±3-20 %, 0.2-0.75 % run-to-run noise, isolated outliers, slow drifts) and
+400 flat ones, PELT-L1 put the change point at the right run in 99.0 % of step series with 2.2 % false alarms on flat
 ones at β = 4 (99.5 % and 0 % at β = 3 with the 1 % merge below, as used); Apache Otava's E-Divisive 93.5 % / 9.5 %,
 MongoDB's E-Divisive 95.2 % / 6.8 %, PELT-L2 69.8 % / 44.5 % (outliers). The L1 cost is a median's: one noisy run does
 not open a regime. The series is scaled by its own run-to-run noise (the median absolute first difference), so one

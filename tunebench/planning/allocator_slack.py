@@ -8,9 +8,9 @@ prediction to 0.01 GiB, throughput unchanged, and the allocator gave back what i
 What it cannot give back (segment tails, the small-block pool, pages partly in use) is the slack: reserved − the
 predicted peak's calibrated bound (planning.residuals) at the last micro-batch of a sweep that ran when the next
 one ran out, where the allocator held only what the step needed; `fits` adds it to the same bound. Each sweep in
-allocator_edge.csv (scripts/gpu/allocator_edge_rows.py appends an evidence sweep's rows) gives its last point; the
-slack is the largest of those measured with the same allocator setting, and with compilation alike: a compiled
-step's buffers are planned and reused by inductor, so its allocator holds far less beyond the peak (H100/H200:
+allocator_edge.csv (docs/evidence/common/allocator_edge_rows.py appends an evidence sweep's rows) gives its last
+point; the slack is the largest of those measured with the same allocator setting, and with compilation alike: a
+compiled step's buffers are planned and reused by inductor, so its allocator holds far less beyond the peak (H100/H200:
 0.03-0.33 GiB over every compiled row's peak, 0.07-2.2 GiB over Liger and flex rows'; docs/evidence/
 acceleration-memory-h100.md), and one slack for both made the fit map a micro-batch short for compiled rows. Where
 no compiled sweep has met its edge, compiled rows take the eager slack.

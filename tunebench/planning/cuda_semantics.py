@@ -4,8 +4,9 @@ an embedding's backward (planning.cuda_embedding).
 The fake step dispatches CPU kernels under fake tensors. Two CPU rules decide memory differently from CUDA:
 - autocast: CUDA's policy runs normalisations, softmax, exp/log/pow, sums and losses in float32 (so a
   LayerNorm keeps a float32 copy of its bf16 input, a MoE router's softmax keeps float32 probabilities); CPU's
-  policy leaves them in bf16. Measured on H100 (scripts/gpu/saved_probe.py, two layers, bf16 autocast):
-  starcoder2 saved 898.7 MB for backward, the CPU policy 785.3 MB; gpt-bigcode 721.9 MB against 700.8 MB.
+  policy leaves them in bf16. Measured on H100 (docs/evidence/prediction-conformance-h100/saved_probe.py, two
+  layers, bf16 autocast): starcoder2 saved 898.7 MB for backward, the CPU policy 785.3 MB; gpt-bigcode 721.9 MB against
+  700.8 MB.
 - dropout: CUDA's fused kernel keeps a one-byte mask; the CPU path multiplies by a noise tensor of the
   input's dtype and keeps that.
 For a CUDA target the fake step therefore applies CUDA's rules on top of the CPU kernels: a function mode
@@ -32,7 +33,7 @@ FP32_CAST = frozenset({
     "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
     "softplus",
     # Composite ops (ATen's or Python's) that CUDA's autocast reaches through their decomposition, found by
-    # asking CUDA (scripts/gpu/autocast_probe.py -> autocast_cuda.csv, replayed by
+    # asking CUDA (docs/evidence/layer-families-h100/autocast_probe.py -> autocast_cuda.csv, replayed by
     # tests/tunebench/planning/test_cuda_semantics.py).
     # `square` is `pow(x, 2)` in ATen: a squared-ReLU MLP keeps a float32 copy of its activation.
     "square", "ldexp", "mvlgamma", "norm_except_dim", "pairwise_distance", "trapezoid", "trapz",

@@ -46,7 +46,7 @@ def fused_gradients(query, key, value, kernel: str):
 
 def backward_workspace_bytes(query, key, value, kernel: str) -> int:
     """What a fused SDPA kernel's backward allocates beyond the gradients it returns, as measured on H100
-    (scripts/gpu/sdpa_backward_probe.py -> docs/evidence/gpu-counts-h100/sdpa-backward/sdpa_backward_h100.csv,
+    (docs/evidence/gpu-counts-h100/: sdpa_backward_probe.py -> sdpa-backward/sdpa_backward_h100.csv,
     replayed by tests/tunebench/planning/test_attention_kernels.py): a float32 accumulator of the query's shape for
     dQ (flash: two; the memory-efficient kernel's head size padded to a multiple of 64), float32 row statistics per
     query row (dO · O), and with fewer key/value heads than query heads, dK and dV at every query head before they

@@ -130,8 +130,9 @@ def unmodelled(experiment: ExperimentSpec, outliers: str | None = None, shape=No
         settings.append(f"the fused mixer kernels installed here ({', '.join(kernels)}); transformers' torch path "
                         "of the state-space/convolution mixers is predicted")
     if outliers is not None and outliers.startswith("not counted"):
-        # measured on H100 (scripts/gpu/int8_outliers.py): random-weight llama-3.1-8b, 2048 outlier columns a
-        # layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB (−1.8 %)
+        # measured on H100 (docs/evidence/acceleration-h100/int8_outliers.py): random-weight llama-3.1-8b, 2048
+        # outlier columns a layer on average, +3.8 GB over none (the row's peak −8.6 %); llama-3.2-1b 355, +0.69 GB
+        # (−1.8 %)
         settings.append(f"8-bit outlier columns (inputs above llm_int8_threshold, kept for backward in 16 bits: "
                         f"{outliers}; none predicted, so the peak is a lower bound)")
     notes = list(modelled)

@@ -1,7 +1,7 @@
 """Calibrated upper bounds of the memory prediction, from its measured residuals kept as data (residuals.csv).
 
 Every GPU evidence run that planned and measured the same experiments adds its rows: per category, the
-predicted and the measured bytes (scripts/gpu/residual_rows.py). A category's bound ratio is the largest
+predicted and the measured bytes (docs/evidence/common/residual_rows.py). A category's bound ratio is the largest
 under-prediction measured (measured / predicted − 1, never below 0), over the rows of the GPU kind and allocator
 setting the plan targets when there are any, else of the GPU kind, else of every GPU. (The allocator setting
 matters: without expandable segments the measured peak holds block tails no prediction has.)

@@ -216,30 +216,31 @@ def test_max_autotunes_step_1_is_planned_to_the_h100s_peak():
 
     with tarfile.open(repo / "docs/evidence/acceleration-memory-h100/measured/am-b4-h100.tgz") as tar:
         rows = pd.read_csv(io.BytesIO(tar.extractfile("am/b4/raw_summary.csv").read()))
+    # the run recorded the config folder where it was then (scripts/gpu/configs/, now docs/evidence/common/configs/)
     row = rows[rows["model_name_or_path"] == "scripts/gpu/configs/qwen3-1.7b"].iloc[0]
     assert row["gpu_name"] == "NVIDIA H100 80GB HBM3"
     measured = int(row["mem_peak_torch_max_allocated_bytes"])
-    shape = StepShape(str(repo / "scripts/gpu/configs/qwen3-1.7b"), "bfloat16", 4, 1024, False, autocast_bf16=True,
-                      compile_mode="max-autotune-no-cudagraphs", **LORA)
+    shape = StepShape(str(repo / "docs/evidence/common/configs/qwen3-1.7b"), "bfloat16", 4, 1024, False,
+                      autocast_bf16=True, compile_mode="max-autotune-no-cudagraphs", **LORA)
     planned = predict(shape, Sharding(), cuda=True, gpu_arch=90)["pred_mem_peak"]
     assert abs(planned / measured - 1) < 0.01, (planned, measured)
 
 
 def test_the_evidence_sweeps_run_the_fit_maps_edge_and_judge_it(tmp_path):
-    """scripts/gpu/acceleration_memory_doc.py: each fit-map row becomes two runs (its largest micro-batch and the
-    next), and a sweep is right only when the largest that ran is the map's and the next ran out of memory."""
-    import importlib.util
-
+    """docs/evidence/acceleration-memory-h100/acceleration_memory_doc.py: each fit-map row becomes two runs (its
+    largest micro-batch and the next), and a sweep is right only when the largest that ran is the map's and the next
+    ran out of memory."""
     import yaml
 
-    spec = importlib.util.spec_from_file_location("doc", REPO / "scripts" / "gpu" / "acceleration_memory_doc.py")
-    doc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(doc)
+    from tests.fixtures.harness import EVIDENCE, load_script
+
+    evidence = EVIDENCE / "acceleration-memory-h100"
+    doc = load_script(evidence / "acceleration_memory_doc.py")
     fit_map = tmp_path / "fit_map.csv"
     pd.DataFrame([{"model_name_or_path": "preset:llama-tiny", "framework_config": "torch-compile",
                    "max_micro_batch": 7, "pred_note": None}]).to_csv(fit_map, index=False)
     out = tmp_path / "sweeps.yaml"
-    assert doc.sweeps(str(fit_map), str(REPO / "scripts" / "gpu" / "scenarios-acceleration-memory.yaml"), str(out)) == 0
+    assert doc.sweeps(str(fit_map), str(evidence / "scenarios-acceleration-memory.yaml"), str(out)) == 0
     runs = yaml.safe_load(out.read_text())["scenarios"]
     assert [r["arguments"]["per_device_train_batch_size"] for r in runs] == [7, 8]
     assert all(r["arguments"]["model_name_or_path"] == ["preset:llama-tiny"] for r in runs)

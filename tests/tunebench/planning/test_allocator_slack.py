@@ -112,16 +112,13 @@ def test_cuda_experiments_run_with_the_assumed_allocator_unless_the_user_chose(m
 
 
 def test_an_evidence_sweep_appends_its_rows_once(tmp_path, monkeypatch, capsys):
-    """scripts/gpu/allocator_edge_rows.py: a sweep's summary becomes edge rows; appending it again changes
+    """docs/evidence/common/allocator_edge_rows.py: a sweep's summary becomes edge rows; appending it again changes
     nothing (rows of the same point are replaced), and the slack learned from them follows."""
-    import importlib.util
     import shutil
 
-    from tests.fixtures.harness import REPO
+    from tests.fixtures.harness import EVIDENCE, load_script
 
-    spec = importlib.util.spec_from_file_location("edge_rows", REPO / "scripts/gpu/allocator_edge_rows.py")
-    edge_rows = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(edge_rows)
+    edge_rows = load_script(EVIDENCE / "common" / "allocator_edge_rows.py")
     data = tmp_path / "edge.csv"
     shutil.copy(EDGE_FILE, data)
     monkeypatch.setattr(edge_rows, "EDGE_FILE", data)

@@ -1,5 +1,5 @@
 """The fused attention kernel the fake step assumes a GPU picks (planning.attention_kernels.choose_kernel), against
-the kernel torch's own selector picked on an H100 for 864 inputs (scripts/gpu/sdpa_probe.py ->
+the kernel torch's own selector picked on an H100 for 864 inputs (docs/evidence/layer-families-h100/sdpa_probe.py ->
 docs/evidence/layer-families-h100/sdpa_choice_cuda.csv): dtypes, query/key and value head sizes, masks,
 grouped-query heads, dropout and lengths."""
 
@@ -38,9 +38,9 @@ BACKWARD = REPO / "docs" / "evidence" / "gpu-counts-h100" / "sdpa-backward" / "s
 
 
 def test_the_backward_workspace_is_what_an_h100_allocated_for_every_probed_shape():
-    """scripts/gpu/sdpa_backward_probe.py on an H100: each fused kernel forced in turn, bf16, causal, the
-    allocator's peak during backward beyond the returned gradients. The fake kernels' workspace must match it:
-    flash exactly, cuDNN within 1 MiB (it keeps its row statistics twice from 1 MiB on), the memory-efficient
+    """docs/evidence/gpu-counts-h100/sdpa_backward_probe.py on an H100: each fused kernel forced in turn, bf16,
+    causal, the allocator's peak during backward beyond the returned gradients. The fake kernels' workspace must match
+    it: flash exactly, cuDNN within 1 MiB (it keeps its row statistics twice from 1 MiB on), the memory-efficient
     kernel within 64 KiB up to head size 128 (above it 16 MiB more, documented as not modelled)."""
     from tunebench.planning.kernel_ops import backward_workspace_bytes
 

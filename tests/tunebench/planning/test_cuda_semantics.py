@@ -2,20 +2,19 @@
 
 `docs/evidence/layer-families-h100/autocast_cuda.csv` holds, for every ATen, torch.special, torch.linalg and
 functional op the probe could call, the dtype CUDA's bf16 autocast returned on an H100
-(scripts/gpu/autocast_probe.py). Each row is replayed here on CPU under CPU autocast plus the fake step's rules,
-and must come out in CUDA's dtype: an op that CUDA runs in float32 and the rules miss would keep a bf16 tensor
-where CUDA keeps a float32 one (the squared-ReLU MLP's activations were 28 % short that way).
+(docs/evidence/layer-families-h100/autocast_probe.py). Each row is replayed here on CPU under CPU autocast plus the
+fake step's rules, and must come out in CUDA's dtype: an op that CUDA runs in float32 and the rules miss would keep a
+bf16 tensor where CUDA keeps a float32 one (the squared-ReLU MLP's activations were 28 % short that way).
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import warnings
 
 import torch
 
-from tests.fixtures.harness import REPO
+from tests.fixtures.harness import EVIDENCE, REPO, load_script
 from tunebench.planning.cuda_semantics import cuda_rules
 
 ROOT = REPO
@@ -27,10 +26,7 @@ KNOWN = {("torch.inner", "float32"), ("torch.pinverse", "float32")}
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("autocast_probe", ROOT / "scripts" / "gpu" / "autocast_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EVIDENCE / "layer-families-h100" / "autocast_probe.py")
 
 
 def test_the_fake_rules_give_cudas_dtype_for_every_probed_op():

@@ -2,7 +2,6 @@
 as data, widened from the plan's GPU and allocator setting to all rows only where there are none, and judged by
 `fits` (with the allocator's slack measured over the same bound)."""
 
-import importlib.util
 
 import pandas as pd
 import pytest
@@ -80,11 +79,9 @@ def test_the_shipped_residuals_bound_every_shipped_row_they_came_from():
 
 
 def test_an_evidence_run_appends_its_rows_once(tmp_path, monkeypatch):
-    from tests.fixtures.harness import REPO
+    from tests.fixtures.harness import EVIDENCE, load_script
 
-    spec = importlib.util.spec_from_file_location("residual_rows", REPO / "scripts/gpu/residual_rows.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(EVIDENCE / "common" / "residual_rows.py")
     path = tmp_path / "residuals.csv"
     monkeypatch.setattr(module, "RESIDUAL_FILE", path)
     summary = tmp_path / "raw_summary.csv"

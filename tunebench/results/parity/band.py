@@ -12,7 +12,7 @@ The band is the largest `loss_parity_max_rel_diff` of the band runs against thei
 numerics while its own difference stays within MARGIN × band (never below MIN_TOLERANCE). The band comes from the
 results folder when it holds band runs of the run's baseline, else from the band data kept in loss_band.csv (one
 row per device, dtype, model, PEFT method, corpus, learning rate and step count, appended from evidence runs by
-scripts/gpu/loss_band_rows.py), else there is none and loss parity says so and uses the fixed tolerance.
+docs/evidence/common/loss_band_rows.py), else there is none and loss parity says so and uses the fixed tolerance.
 """
 
 from __future__ import annotations

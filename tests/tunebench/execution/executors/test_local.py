@@ -83,7 +83,8 @@ def test_concurrent_run_never_oversubscribes_its_slots(both):
 # No "the concurrent run is faster" assertion: on 2 cores the gain depends on which experiment the queue
 # leaves for last (the one that times out may run alone) and on start-up contention, so it failed 1 CI run in 2
 # with a 0.3 % difference. The packing order is tested exactly on fake jobs (test_scheduling.py); wall ÷ ideal
-# is a benchmark figure (scripts/bench/matrix_packing.py, docs/evidence/matrix-packing.md), not a timed test.
+# is a benchmark figure (docs/evidence/matrix-packing.md, measured by matrix_packing.py in the folder beside it),
+# not a timed test.
 
 
 def harness(out: Path, scenarios: list, tmp: Path, *extra: str) -> subprocess.Popen:

@@ -1,0 +1,1 @@
+"""Tests of docs/evidence/: the code beside the evidence it produced."""

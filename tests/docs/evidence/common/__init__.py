@@ -1,0 +1,1 @@
+"""Tests of docs/evidence/common/: what the runs of several evidence pages share."""

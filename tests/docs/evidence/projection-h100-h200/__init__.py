@@ -1,0 +1,1 @@
+"""Tests of docs/evidence/projection-h100-h200/: the issue-U report."""
