@@ -1,12 +1,14 @@
 """tunebench/results/report/templates.py: the report's pages come from jinja2 templates with autoescape on; markup the
-report built itself (html.Html, a fragment passed through `markup`) is written as is."""
+report built itself (a fragment another template rendered, a chart passed through `markup`) is written as is."""
 
-from tunebench.results.report.html import Html, table
+from markupsafe import Markup
+
+from tunebench.results.report.html import table
 from tunebench.results.report.templates import markup, render
 
 
 def test_a_table_escapes_text_and_keeps_markup():
-    out = table(["a<b", "n"], [["<i>x</i> & y", 1.5], [Html("<b>kept</b>"), 2]], numeric={1}, cls="t",
+    out = table(["a<b", "n"], [["<i>x</i> & y", 1.5], [Markup("<b>kept</b>"), 2]], numeric={1}, cls="t",
                 notes=[None, "note <u>"])
     assert out == ('<table class="t"><thead><tr><th>a&lt;b</th><th>n</th></tr></thead><tbody>'
                    '<tr><td>&lt;i&gt;x&lt;/i&gt; &amp; y</td><td class="num">1.5</td></tr>'
