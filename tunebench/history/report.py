@@ -76,6 +76,7 @@ def _runs(rows: pd.DataFrame) -> list[tuple[object, list[str]]]:
 
 def render(rows: pd.DataFrame, steps: pd.DataFrame, metric: str) -> str:
     """The page, from the report's templates (history.html.j2): every text escaped there, the charts inlined."""
+    # The chart is the SVG matplotlib drew (its points' links included): markup the template writes as is.
     findings = [{"verdict": finding.verdict, "lines": describe(finding), "chart": markup(_chart(finding, metric))}
                 for finding in check(rows, steps, metric)]
     return render_template("history.html.j2", metric=metric, findings=findings, columns=RUN_TABLE, runs=_runs(rows))

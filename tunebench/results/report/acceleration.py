@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 
 import pandas as pd
+from markupsafe import Markup
 
 from tunebench.results.report import measurement_warnings as warn
-from tunebench.results.report.html import omitted, table
+from tunebench.results.report.html import table
+from tunebench.results.report.templates import render
 from tunebench.vocabulary import Status
 
 logger = logging.getLogger(__name__)
@@ -16,7 +18,6 @@ logger = logging.getLogger(__name__)
 THROUGHPUT = "steady_nonpad_tokens_per_second"
 TO_TARGET = "loss_target_seconds"  # time to the target loss: the speed-up that counts what was learnt
 PEAK = "mem_peak_torch_max_allocated_bytes"
-HEADING = "<h2>Acceleration against the baseline</h2>"
 
 
 def _ratio(value, base) -> str:
@@ -32,17 +33,18 @@ def _parity(row: pd.Series) -> str:
     return f"{100 * value:.3g} %" + ("" if ok else " (beyond tolerance)")
 
 
-def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
+def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> Markup:
     """The section, heading included: a table of every ok row that has a baseline other than itself
     (`loss_parity_baseline`); nothing for a CSV from before loss parity (the other sections still apply)."""
     needed = {"loss_parity_baseline", "experiment_id", "framework_config"}
     if not needed <= set(df.columns):
-        return ""
+        return Markup()
     ok = df[df["_status"] == Status.OK]
     by_id = ok.drop_duplicates("experiment_id").set_index("experiment_id")
     accelerated = ok[ok["loss_parity_baseline"].notna() & (ok["loss_parity_baseline"] != ok["experiment_id"])]
     if accelerated.empty:
-        return HEADING + omitted("no framework config ran beside its baseline (framework config `none`) in this CSV")
+        return render("acceleration.html.j2", table=None,
+                      reason="no framework config ran beside its baseline (framework config `none`) in this CSV")
     rows = []
     for i, row in accelerated.iterrows():
         base = by_id.loc[row["loss_parity_baseline"]] if row["loss_parity_baseline"] in by_id.index else None
@@ -51,13 +53,7 @@ def section(df: pd.DataFrame, labels: pd.Series, warnings: pd.Series) -> str:
         peak = _ratio(row.get(PEAK), None if base is None else base.get(PEAK))
         rows.append([labels[i], row["framework_config"], warn.marked(speedup, warnings[i]), to_target, peak,
                      _parity(row)])
-    note = ("<p>Each row against the same scenario's baseline (framework config <code>none</code>, the same "
-            "arguments but those the config sets). Loss parity: the largest relative difference of the per-step "
-            "loss; beyond the tolerance (twice the band of the baseline's repeat noise where one was measured) the "
-            "row carries a measurement warning (docs/explanations/accelerations.md, \"Loss parity\"). Speed-up to "
-            "the target loss: the baseline's seconds to reach it ÷ the row's, warm-up and compilation included "
-            "(the same page, \"Time to a target loss\").</p>")
-    return HEADING + note + table(["experiment", "framework config", "speed-up (steady tokens/s)",
-                                   "speed-up to target loss", "peak memory", "loss parity"], rows,
-                                  numeric={2, 3, 4, 5}, cls="acceleration") + \
-        warn.elsewhere_note(warnings[accelerated.index])
+    headers = ["experiment", "framework config", "speed-up (steady tokens/s)", "speed-up to target loss", "peak memory",
+               "loss parity"]
+    return render("acceleration.html.j2", table=table(headers, rows, numeric={2, 3, 4, 5}, cls="acceleration"),
+                  note=warn.elsewhere_note(warnings[accelerated.index]))

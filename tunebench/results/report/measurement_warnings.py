@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
 import logging
 
 import pandas as pd
+from markupsafe import Markup
 
-from tunebench.results.report.html import Html, warn_mark
+from tunebench.results.report.templates import macros
 
 logger = logging.getLogger(__name__)
 
@@ -29,55 +29,42 @@ def is_steady(column: str) -> bool:
     return column.startswith(STEADY_PREFIX) and column not in NOT_QUALIFIED
 
 
-def marked(text: str, warning: str) -> str:
+def _macros():
+    return macros("measurement_warnings.html.j2")
+
+
+def marked(text: str, warning: str) -> str | Markup:
     """A steady figure as shown in a table: with the warning badge in front when its row carries a warning."""
     if not warning or not text or text == "–":
         return text
-    return Html(f"{warn_mark()}{html.escape(text)}")
+    return _macros().marked(text)
 
 
-def row_note(warning: str) -> Html | None:
+def row_note(warning: str) -> Markup | None:
     """The full-width line under a table row: the badge and the warning's own words."""
     if not warning:
         return None
-    return Html(f"{warn_mark()}measurement warning: {html.escape(warning)}")
+    return _macros().row_note(warning)
 
 
-def elsewhere_note(warnings: pd.Series | list[str], where: str = "Experiments") -> str:
+def elsewhere_note(warnings: pd.Series | list[str], where: str = "Experiments") -> Markup:
     """Under a table other than the experiments one: its badges point to the reasons, printed once per row (under
     the row in `where`), not again under every table that shows the row (3 times a row, before)."""
     warned = sum(1 for w in warnings if w)
-    if not warned:
-        return ""
-    return (f'<p class="note">{warn_mark()}marks the steady figures of {warned} row(s) with a measurement warning; '
-            f"each row's reason is printed once, under it in {html.escape(where)}.</p>")
+    return _macros().elsewhere_note(warned, where) if warned else Markup()
 
 
-def summary(df: pd.DataFrame) -> str:
-    """The line at the top of the page: how many rows carry a warning, and what that means for their figures."""
-    texts = warning_texts(df)
-    has_steady = any(is_steady(c) for c in df.columns)
-    if WARNING_COLUMN not in df.columns:
-        if not has_steady:
-            return ""
-        return ('<p class="warn-summary">This CSV has no <code>measurement_warning</code> column: whether its '
-                "steady figures were stable was not recorded.</p>")
-    warned = int((texts != "").sum())
-    if not warned:
-        return f'<p class="note">No row carries a measurement warning ({len(df)} rows).</p>'
-    return (f'<p class="warn-summary">{warn_mark()}<b>{warned} of {len(df)} rows carry a measurement warning</b>: '
-            "their steady figures (marked with the badge wherever they appear) come from step times that were "
-            "not stable or too few. Each row's reason is printed once, under its numbers in Experiments. Re-run "
-            "them on a quiet machine, exclusive, or with more steps before relying on them.</p>")
+def summary(df: pd.DataFrame) -> Markup:
+    """The line at the top of the page: how many rows carry a warning, and what that means for their figures
+    (nothing for a CSV with neither the warning column nor steady figures)."""
+    has_column = WARNING_COLUMN in df.columns
+    if not has_column and not any(is_steady(c) for c in df.columns):
+        return Markup()
+    return _macros().summary(has_column, int((warning_texts(df) != "").sum()), len(df))
 
 
-def chart_note(labels: pd.Series, warnings: pd.Series, index: pd.Index, what: str) -> str:
+def chart_note(labels: pd.Series, warnings: pd.Series, index: pd.Index, what: str) -> Markup:
     """Under a chart of steady figures: which of its points come from rows with a warning (their reasons are in
     Experiments, once)."""
-    rows = [labels[i] for i in index if warnings[i]]
-    if not rows:
-        return ""
-    items = ", ".join(html.escape(str(label)) for label in rows)
-    return (f'<div class="warn-summary">{warn_mark()}{len(rows)} of the {len(index)} rows plotted in '
-            f'{html.escape(what)} carry a measurement warning (their points are ringed and marked !; each reason '
-            f"is under its row in Experiments): {items}</div>")
+    rows = [str(labels[i]) for i in index if warnings[i]]
+    return _macros().chart_note(rows, len(index), what) if rows else Markup()

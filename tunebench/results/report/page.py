@@ -6,12 +6,12 @@ Usage: ``python benchmark.py report <results dir or csv> [--out report.html] [--
 
 from __future__ import annotations
 
-import html
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
+from markupsafe import Markup
 
 from tunebench.fileio import write_atomic
 from tunebench.results.charts import figures as charts
@@ -32,8 +32,8 @@ from tunebench.results.report import measurement_warnings as warn
 from tunebench.results.report import predictions as report_predictions
 from tunebench.results.report import projection as report_projection
 from tunebench.results.report import tune as report_tune
-from tunebench.results.report.html import CSS, img, omitted, table
-from tunebench.results.report.templates import markup, render
+from tunebench.results.report.html import img, omitted, table
+from tunebench.results.report.templates import macros, render
 from tunebench.results.row_values import frame_problems
 from tunebench.vocabulary import Status
 
@@ -118,12 +118,16 @@ def _status(df: pd.DataFrame) -> pd.Series:
     return df["status"].map(rules.canonical).str.lower().replace("", "unknown")
 
 
-def _chart(make, *args, **kwargs) -> str:
-    """An <img> of the chart, or the reason it was left out (absent or too little data)."""
+def _chart(make, *args, **kwargs) -> Markup:
+    """The chart's image, or the reason it was left out (absent or too little data)."""
     try:
         return img(make(*args, **kwargs), args[-1] if isinstance(args[-1], str) else "chart")
     except charts.ChartSkipped as skipped:
         return omitted(str(skipped))
+
+
+def _sections():
+    return macros("sections.html.j2")
 
 
 def _families(ok: pd.DataFrame, *moving: str) -> pd.Series:
@@ -139,7 +143,7 @@ def _with_spread(columns: tuple, df: pd.DataFrame) -> list[tuple[str, str]]:
             if c in df.columns or (c == "steady_step_time_robust_cv" and plain[0] in df.columns)]
 
 
-def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> str:
+def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> Markup:
     """One row per experiment; a row with a measurement warning has its steady figures marked and the warning
     printed right under its numbers (the one place the report prints it)."""
     present = _with_spread(SUMMARY_COLUMNS, df)
@@ -155,15 +159,15 @@ def _experiments_table(df: pd.DataFrame, warnings: pd.Series) -> str:
         cells = [rules.format_value(c, r[c]) or "–" for c, _ in cols]
         rows.append([r["_label"], r["_status"], *[warn.marked(text, warnings[i]) if warn.is_steady(c) else text
                                                   for (c, _), text in zip(cols, cells, strict=True)]])
-    note = f'<p class="note">Empty in every row, so not shown: {html.escape(", ".join(empty))}.</p>' if empty else ""
+    note = _sections().empty_columns(empty) if empty else Markup()
     return table(["experiment", "status", *[h for _, h in cols]], rows, numeric=set(range(2, 2 + len(cols))),
                  cls="experiments", notes=[warn.row_note(warnings[i]) for i in df.index]) + note
 
 
-def _failures_table(df: pd.DataFrame) -> str:
+def _failures_table(df: pd.DataFrame) -> Markup:
     failed = df[df["_status"] != Status.OK]
     if failed.empty:
-        return "<p>No failed experiments.</p>"
+        return _sections().no_failures()
     rows = []
     for _, r in failed.iterrows():
         line = rules.first_error_line(r.get("error_messages"))
@@ -175,7 +179,7 @@ def _failures_table(df: pd.DataFrame) -> str:
     return table(["experiment", "status", "error class", "error"], rows, cls="failures")
 
 
-def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
+def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> Markup:
     """Padded and unpadded runs side by side: what padding costs, and which attention kernel each one got."""
     cols = _with_spread(PADDING_COLUMNS, df)
     ok = df[df["_status"] == Status.OK]
@@ -187,14 +191,11 @@ def _padding_section(df: pd.DataFrame, warnings: pd.Series) -> str:
         cells = [rules.format_value(c, r[c]) if rules.metric_family(c) else rules.canonical(r[c]) for c, _ in cols]
         rows.append([r["_label"], *[warn.marked(text, warnings[i]) if warn.is_steady(c) else text
                                     for (c, _), text in zip(cols, cells, strict=True)]])
-    note = ("<p>Same model and batch with and without padding (e.g. scenarios <code>full-finetuning</code> and "
-            "<code>full-finetuning-padded</code>): a padding mask can move SDPA to a slower kernel, or make it "
-            "build a new kernel plan for every padded length (see the step spread).</p>")
-    return note + table(["experiment", *[h for _, h in cols]], rows, numeric=set(range(1, len(cols) + 1)),
-                        cls="padding") + warn.elsewhere_note(warnings[ok.index])
+    return _sections().padding(table(["experiment", *[h for _, h in cols]], rows, numeric=set(range(1, len(cols) + 1)),
+                                     cls="padding") + warn.elsewhere_note(warnings[ok.index]))
 
 
-def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> str:
+def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> Markup:
     """Steady throughput and MFU against GPU count (whole-run figures only for rows without steady ones, as
     series of their own), the points of rows with a measurement warning marked and explained under it."""
     headline = SCALING_SOURCES[0][0]
@@ -207,19 +208,15 @@ def _scaling_section(ok: pd.DataFrame, warnings: pd.Series) -> str:
     families = _families(ok, "num_gpus")
     families = families.where(steady, families + WHOLE_RUN)
     flagged = warnings[ok.index] != ""
-    chart = _chart(charts.curves_chart, frame, "num_gpus", panels, families,
-                   "Steady throughput and MFU vs GPU count", flagged=flagged)
-    if not chart.startswith("<img"):
-        return chart
+    title = "Steady throughput and MFU vs GPU count"
+    try:
+        chart = img(charts.curves_chart(frame, "num_gpus", panels, families, title, flagged=flagged), title)
+    except charts.ChartSkipped as skipped:
+        return omitted(str(skipped))
     plotted = charts.plotted_rows(frame, "num_gpus", panels[0][0], families)
-    notes = []
-    fallback = [i for i in plotted if not steady[i]]
-    if fallback:
-        notes.append(f'<p class="note">{len(fallback)} row(s) have no steady figures: they are plotted with '
-                     f"their whole-run throughput, as the series labelled <i>{html.escape(WHOLE_RUN.strip())}</i>."
-                     "</p>")
-    notes.append(warn.chart_note(ok["_label"], warnings, plotted, "this chart"))
-    return chart + "".join(notes)
+    fallback = sum(1 for i in plotted if not steady[i])
+    return _sections().scaling(chart, fallback, WHOLE_RUN.strip(),
+                               warn.chart_note(ok["_label"], warnings, plotted, "this chart"))
 
 
 def _memory_panels(ok: pd.DataFrame) -> tuple:
@@ -228,22 +225,22 @@ def _memory_panels(ok: pd.DataFrame) -> tuple:
     return MEMORY_PANELS if device else HOST_MEMORY_PANELS
 
 
-def _pareto_section(ok: pd.DataFrame) -> str:
+def _pareto_section(ok: pd.DataFrame) -> Markup:
     """The Pareto chart, its front's points numbered, and the numbers' labels in full beneath it."""
-    chart = _chart(pareto.pareto_chart, ok, ok["_label"], "Pareto front")
-    if not chart.startswith("<img"):
-        return chart
-    key = "; ".join(f"<b>{k}</b> {html.escape(label)}" for k, label in pareto.front_key(ok, ok["_label"]))
-    return chart + f'<p class="note">On the front, fastest first: {key}.</p>'
+    try:
+        chart = img(pareto.pareto_chart(ok, ok["_label"], "Pareto front"), "Pareto front")
+    except charts.ChartSkipped as skipped:
+        return omitted(str(skipped))
+    return _sections().pareto(chart, pareto.front_key(ok, ok["_label"]))
 
 
-def _environment(df: pd.DataFrame) -> str:
+def _environment(df: pd.DataFrame) -> Markup:
     rows = []
     for col in sorted(rules.ENVIRONMENT_COLUMNS):
         if col in df.columns:
             values = sorted({rules.canonical(v) for v in df[col]} - {""})
             rows.append([col, ", ".join(values) or "–"])
-    return table(["column", "values"], rows, cls="environment") if rows else "<p>No environment columns.</p>"
+    return table(["column", "values"], rows, cls="environment") if rows else _sections().no_environment()
 
 
 def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None = None, samples=(None, None)) -> str:
@@ -275,17 +272,17 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
         "projection": report_projection.section(source),  # a `plan --project_from` beside the CSV: tokens/s by GPU
         "failures": _failures_table(df),
         "environment": _environment(df),
-        "comparison": "",
+        "comparison": Markup(),
     }
     if reference is not None:
         result = cmp.compare_frames(reference, df.drop(columns=["_label", "_status"]),
                                     reference_samples=samples[0], results_samples=samples[1])
         sections["comparison"] = report_comparison.section(result, df)
-    return render("page.html.j2", css=markup(CSS), source=source, row_count=len(df),
+    return str(render("page.html.j2", source=source, row_count=len(df),
                   generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   status_counts=list(df["_status"].value_counts().items()),
                   reference=None if reference is None else reference.attrs.get("path", ""),
-                  **{name: markup(fragment) for name, fragment in sections.items()})
+                  **sections))
 
 
 def write_report(

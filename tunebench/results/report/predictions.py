@@ -8,15 +8,16 @@ and the peak are left empty. So on CPU rows only the static categories and the a
 
 from __future__ import annotations
 
-import html
 import logging
 
 import pandas as pd
+from markupsafe import Markup
 
 from tunebench.planning.prediction_errors import ERROR_PAIRS
 from tunebench.planning.sharding_notes import LEAD as SHARDING_LEAD
 from tunebench.results.charts import figures as charts
 from tunebench.results.report.html import img, omitted, table
+from tunebench.results.report.templates import macros
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +57,15 @@ def comparable_only(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _exclusion_note(df: pd.DataFrame) -> str:
+def _exclusion_note(df: pd.DataFrame) -> Markup:
     """Which categories were left out on CPU rows that had a prediction of them, and why."""
     cpu = is_cpu(df)
     left_out = [name for name in CPU_NOT_COMPARABLE
                 if f"pred_mem_{name}" in df.columns and df.loc[cpu, f"pred_mem_{name}"].notna().any()]
     if not left_out:
-        return ""
-    items = "".join(f"<li><b>{name}</b>: {html.escape(CPU_NOT_COMPARABLE[name])}</li>" for name in left_out)
-    return (f'<div class="note">Not compared on the {int(cpu.sum())} CPU row(s): {", ".join(left_out)} (GPU rows '
-            f"compare every category):<ul>{items}</ul></div>")
+        return Markup()
+    return macros("predictions.html.j2").exclusion_note(int(cpu.sum()),
+                                                        [(name, CPU_NOT_COMPARABLE[name]) for name in left_out])
 
 
 def worst(df: pd.DataFrame, labels: pd.Series, count: int = WORST_ROWS) -> list[tuple[str, str, float, str]]:
@@ -93,41 +93,33 @@ def bound_word(row: pd.Series, name: str, measured: str) -> str:
     return f"within ({over})" if actual <= bound else f"above ({over}): a new residual for the data"
 
 
-def sharding_notes(df: pd.DataFrame, labels: pd.Series) -> str:
+def sharding_notes(df: pd.DataFrame, labels: pd.Series) -> Markup:
     """The sharded rows whose planned per-rank peak is not below one GPU's, each with the causes its `pred_note`
     names (planning.sharding_notes: FSDP's float32 master weights first); '' when there is none."""
     if "pred_note" not in df.columns:
-        return ""
+        return Markup()
     rows = []
     for i, note in df["pred_note"].items():
         said = [part for part in str(note).split("; ") if part.startswith(SHARDING_LEAD)] if pd.notna(note) else []
         rows += [[labels[i], part.removeprefix(SHARDING_LEAD).lstrip(": ")] for part in said]
     if not rows:
-        return ""
-    return ("<h3>Sharding that saves nothing</h3><p>Sharded rows whose planned peak per rank is not below the same "
-            "experiment's on one GPU, and why.</p>" + table(["experiment", "why"], rows, cls="sharding"))
+        return Markup()
+    return macros("predictions.html.j2").sharding(table(["experiment", "why"], rows, cls="sharding"))
 
 
-def section(df: pd.DataFrame, labels: pd.Series) -> str:
+def section(df: pd.DataFrame, labels: pd.Series) -> Markup:
     """Chart of predicted vs measured per category, the CPU exclusions, the worst predictions table and the sharded
     rows that save nothing."""
-    return _errors(df, labels) + sharding_notes(df, labels)
-
-
-def _errors(df: pd.DataFrame, labels: pd.Series) -> str:
     shown = comparable_only(df)
     try:
         chart = img(charts.predicted_vs_measured(shown, ERROR_PAIRS), "predicted vs measured memory")
     except charts.ChartSkipped as skipped:
         chart = omitted(str(skipped))
-    note = _exclusion_note(df)
-    if not any(f"pred_error_{name}" in df.columns for name, _ in ERROR_PAIRS):
-        return chart + note
     # + 0.0 turns a rounded -0.0 into 0.0: a prediction a few bytes over is not "-0.00 %".
     rows = [[label, name, f"{round(100 * error, 2) + 0.0:+.2f} %", bound]
             for label, name, error, bound in worst(df, labels)]
-    if not rows:
-        return chart + note + "<h3>Worst predictions</h3><p>No comparable prediction error in this CSV.</p>"
-    return (chart + note + "<h3>Worst predictions</h3>"
-            + table(["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"], rows,
-                    numeric={2}, cls="predictions"))
+    worst_table = table(["experiment", "category", "predicted / measured − 1", "measured vs calibrated bound"], rows,
+                        numeric={2}, cls="predictions") if rows else None
+    errors = any(f"pred_error_{name}" in df.columns for name, _ in ERROR_PAIRS)
+    return macros("predictions.html.j2").section(chart, _exclusion_note(df), errors, worst_table,
+                                                 sharding_notes(df, labels))

@@ -7,10 +7,12 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+from markupsafe import Markup
 
 from tunebench.results.charts.figures import to_png
 from tunebench.results.folder import PROJECTION
 from tunebench.results.report.html import beside, img, table
+from tunebench.results.report.templates import render
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +53,15 @@ def chart(table_frame: pd.DataFrame) -> bytes:
     return to_png(fig)
 
 
-def section(results_csv: str | Path) -> str:
+def section(results_csv: str | Path) -> Markup:
     """'' without a projection beside the CSV; else the chart and the table of tokens/s by GPU kind."""
     frame, why = beside(results_csv, PROJECTION, NEEDED)
     if frame is None:
         return why
     by_kind = comparison(frame)
     if by_kind.empty:
-        return f"<h2>Projection to other GPUs</h2><p>No row of {PROJECTION} could be projected (see proj_note).</p>"
+        return render("projection.html.j2", csv=PROJECTION, table=None)
     body = [[name, *("–" if pd.isna(v) else f"{v:,.0f}" for v in values)] for name, values in by_kind.iterrows()]
-    return "\n".join([
-        "<h2>Projection to other GPUs (plan --project_from)</h2>",
-        "<p>Steady tokens/s as measured on the GPU each experiment ran on, and as projected onto the other GPU kinds "
-        "(docs/guides/plan.md, \"Projection\": what the model assumes and where it does not apply; proj_note in "
-        "projection.csv says it per row).</p>",
-        img(chart(by_kind), "tokens/s by GPU kind"),
-        table(["experiment", *by_kind.columns], body, numeric=set(range(1, len(by_kind.columns) + 1)),
-              cls="projection"),
-    ])
+    return render("projection.html.j2", chart=img(chart(by_kind), "tokens/s by GPU kind"),
+                  table=table(["experiment", *by_kind.columns], body, numeric=set(range(1, len(by_kind.columns) + 1)),
+                              cls="projection"))
