@@ -1,8 +1,15 @@
-import csv, sys
-# usage: mask.py NOISE_A NOISE_B IN OUT  (columns differing between two runs of one commit become *)
+"""Mask the columns that differ between two runs of one commit, then rewrite a CSV for a byte comparison."""
+
+import csv
+import sys
+
+
 def rows(path):
     with open(path, newline="") as f:
         return list(csv.reader(f))
+
+
+# usage: mask.py NOISE_A NOISE_B IN OUT  (columns differing between two runs of one commit become *)
 a, b, given = rows(sys.argv[1]), rows(sys.argv[2]), rows(sys.argv[3])
 assert a[0] == b[0] == given[0], "the three files' headers differ"
 noisy = {i for i in range(len(a[0])) if [r[i] for r in a[1:]] != [r[i] for r in b[1:]]}

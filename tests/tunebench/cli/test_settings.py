@@ -161,7 +161,7 @@ def test_each_subcommand_prints_its_own_help_with_defaults(capsys, command):
         code = exc.code
     out = capsys.readouterr().out
     assert code == 0 and out.startswith(f"usage: benchmark.py {command} ")
-    shown = {"plan": "(default: 3600.0)", "verify": "(default: 0.03)", "compare": "--no_charts",
+    shown = {"plan": "(default: INFO)", "verify": "(default: 0.03)", "compare": "--no_charts",
              "report": "--reference REFERENCE"}[command]
     assert shown in " ".join(out.split())
 

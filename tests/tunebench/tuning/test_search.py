@@ -30,7 +30,9 @@ OPTIONS = TuneOptions(model="preset:llama-tiny", effective_batch=8, max_seq_len=
 
 
 def _prediction(peak: float, usable: float) -> dict:
-    return {"pred_mem_peak": int(peak), "pred_fit_margin_bytes": int(usable - peak), "pred_capacity_bytes": int(usable)}
+    # whole bytes first: int(usable - peak) truncated a margin of -0.00002 bytes to 0, a peak 1 byte over "fitting"
+    peak, usable = int(peak), int(usable)
+    return {"pred_mem_peak": peak, "pred_fit_margin_bytes": usable - peak, "pred_capacity_bytes": usable}
 
 
 class FakeRuns:
@@ -104,9 +106,9 @@ def test_no_point_predicted_not_to_fit_is_launched_and_every_pruned_point_says_w
     runs = FakeRuns({p: 100.0 for p in points})
     outcome = _search(points, predictions, margin=prune.Margin(margin, "test")).run(runs)
     for _, p in runs.launched:
-        assert predictions[p]["pred_mem_peak"] * (1 + margin) <= usable * GIB
+        assert predictions[p]["pred_mem_peak"] * (1 + margin) <= int(usable * GIB)
     for s in outcome.states:
-        fits = predictions[s.point]["pred_mem_peak"] * (1 + margin) <= usable * GIB
+        fits = predictions[s.point]["pred_mem_peak"] * (1 + margin) <= int(usable * GIB)
         assert (s.state == "pruned") == (not fits)
         if s.state == "pruned":
             assert "predicted peak" in s.reason and "GiB usable" in s.reason

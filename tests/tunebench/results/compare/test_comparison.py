@@ -285,7 +285,7 @@ def test_results_directory_and_default_out(tmp_path):
         ("bad_threshold", ["--threshold", "NAME=VALUE"]),
         ("unknown_threshold", ["throughputt", "fix the spelling"]),
         ("unknown_key", ["['colour']", "--keys"]),
-        ("unknown_option", ["unrecognized arguments"]),
+        ("unknown_option", ["--frobnicate: unknown option"]),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(tmp_path, capsys, case, expected):
