@@ -16,6 +16,7 @@ def run_script(*args, **env) -> subprocess.CompletedProcess:
                           timeout=600, cwd=REPO)
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @pytest.mark.parametrize("target", ["/", str(REPO), os.path.expanduser("~"), str(REPO.parent)])
 def test_refuses_dangerous_result_dirs(target):
     proc = run_script("1", "", target, DRY_RUN="false")
@@ -23,6 +24,7 @@ def test_refuses_dangerous_result_dirs(target):
     assert (REPO / "README.md").is_file()
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @pytest.mark.parametrize("flags", [{}, {"NO_OVERWRITE": "true"}, {"DRY_RUN": "true"}])
 def test_a_dry_run_then_a_run_never_delete_a_folder_it_did_not_create(tmp_path, flags):
     # Issue J's repro: the dry run used to drop its marker into any folder, and the next run rm -rf'ed it.
@@ -38,6 +40,7 @@ def test_a_dry_run_then_a_run_never_delete_a_folder_it_did_not_create(tmp_path, 
     assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt", "sub"]  # not even a marker
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_an_ancestor_of_home_is_refused_and_nothing_is_deleted(tmp_path):
     home = tmp_path / "home" / "me"
     home.mkdir(parents=True)
@@ -53,6 +56,7 @@ def test_the_script_deletes_nothing_itself():
     assert "rm " not in text and "rmdir" not in text and "mkdir" not in text
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_dry_run_maps_arguments_and_marks_the_folder_it_created(tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario("alpha"), tiny_scenario("beta")])
     out = tmp_path / "results"

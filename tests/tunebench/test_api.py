@@ -14,6 +14,7 @@ import tunebench
 from tests.fixtures.harness import REPO
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_plan_from_python_holds_the_numbers_of_benchmark_py_plan(tmp_path):
     matrix = tunebench.Matrix.from_yaml(str(REPO / "scenarios-cpu.yaml"), device="cpu")
     frame = tunebench.plan(matrix)

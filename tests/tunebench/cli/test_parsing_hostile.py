@@ -109,6 +109,7 @@ def sandbox(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @settings(max_examples=500, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
@@ -368,6 +369,7 @@ def _compare(reference, results, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @settings(ISSUE_W, max_examples=100)  # each example rebuilds the CSVs and runs compare: ~6 s in all
 @given(data=st.data(), case=st.sampled_from(["spec.json", "spec.json alone", "results.json", "steps.json"]))
 def test_a_damaged_experiment_file_keeps_its_row_and_compare_answers(finished, tmp_path, capsys, data, case):

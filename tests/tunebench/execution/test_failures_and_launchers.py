@@ -120,6 +120,7 @@ def test_launchers_single_and_multi_process(tmp_path):
     assert command.argv[-4:] == ["-m", "tunebench.experiment.train", "--spec", str((tmp_path / "spec.json").resolve())]
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_fms_experiments_start_in_a_fresh_interpreter():
     """fms's plugins patch peft's and transformers' classes for the whole process: never a fork of the preload
     server, even when --launcher forkserver asks for it (tunebench.execution.launchers.needs_fresh_interpreter)."""
@@ -163,6 +164,7 @@ def test_launchers_hand_the_spec_to_the_entry_and_the_spec_holds_every_argument(
     assert launch.training_script_args == ["--spec", str((tmp_path / "g.json").resolve())]
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_timeout_kills_the_whole_process_group(tmp_path):
     # A parent that spawns a grandchild which ignores SIGTERM: both must be gone after the timeout.
     code = ("import subprocess, sys, time; "

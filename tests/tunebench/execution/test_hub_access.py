@@ -35,6 +35,7 @@ def _closed_port() -> int:
         return sock.getsockname()[1]  # closed again when the block ends: a connection is refused at once
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_an_unreachable_hub_is_exit_2_in_one_line_without_retries(tmp_path):
     """The real command, the real huggingface_hub, a hub endpoint nothing listens on."""
     options = write_inputs(tmp_path, [tiny_scenario(model_name_or_path=["org/name"])])

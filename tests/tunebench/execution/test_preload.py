@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.harness import REPO
 from tunebench.execution.preload import SOCKET_PATH_MAX, SOCKET_SUFFIX
 
@@ -15,6 +17,7 @@ WARM = ("from multiprocessing import util; from tunebench.execution.preload impo
         "PreloadServer().warm(); print(util.get_temp_dir())")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_a_temporary_directory_too_long_for_a_socket_still_starts_the_server(tmp_path):
     """A TMPDIR of 90 characters made the forkserver's socket path 122 bytes: every run stopped with "AF_UNIX path
     too long" (a Slurm job's TMPDIR, or pytest's under xdist)."""

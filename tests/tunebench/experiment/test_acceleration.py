@@ -96,6 +96,7 @@ def test_liger_skips_a_model_type_it_has_no_kernels_for():
         assert kind in acceleration.skip_reason(entry, "preset:gpt-bigcode-1b")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_bad_acceleration_input_is_exit_2_before_anything_runs(tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario(load_in_4bit=True, load_in_8bit=True, peft_method="lora")])
     out = tmp_path / "results"

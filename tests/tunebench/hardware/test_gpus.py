@@ -91,6 +91,7 @@ _entry = st.dictionaries(st.sampled_from(["name", "match", *FIGURES, "extra"]),
                          st.one_of(_figure, st.lists(_scalars, max_size=3)), max_size=8)
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @given(document=st.one_of(_scalars, st.lists(_entry, max_size=3), st.fixed_dictionaries({"gpus": st.lists(_entry,
        max_size=4)}), st.dictionaries(st.text(max_size=5), _scalars, max_size=3)))
 @settings(max_examples=300, deadline=None)

@@ -63,6 +63,7 @@ def test_column_types_follow_the_registry_and_new_columns_join(tmp_path):
     ]
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_concurrent_writers_lose_nothing(tmp_path):
     store = tmp_path / "h.duckdb"
     folders = [results_folder(tmp_path / f"r{i}", [0.1, 0.1], start=1.8e9 + 1000 * i) for i in range(4)]
@@ -92,6 +93,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_a_writer_killed_mid_run_leaves_the_store_as_it_was(tmp_path):
     store = tmp_path / "h.duckdb"
     assert history("add", str(results_folder(tmp_path / "kept", [0.1])), "--store", str(store)) == 0

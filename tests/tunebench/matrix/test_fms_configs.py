@@ -21,6 +21,7 @@ GPTQ_FILE = {"plugins": {"peft": {"quantization": {"auto_gptq": {"kernel": "trit
 needs_fms = pytest.mark.skipif(not installed("fms_acceleration_peft"), reason="fms-acceleration is not installed")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @needs_fms
 def test_fms_s_scenario_file_runs_as_written():
     matrix = tunebench.Matrix.from_yaml(str(DATA / "fms_scenarios.yaml"), device="cuda", include_slow=True)
@@ -72,6 +73,7 @@ def test_mixed_precision_conflict_names_both_files(tmp_path):
     assert "framework_configs.yaml: framework config 'accelerated-peft-autogptq' sets fp16: true" in problem.message
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_fms_options_are_accepted_with_one_line_each(tmp_path):
     fms_options = ["--dataset_save_path", "benchmark_outputs/data", "--process_port", "29511"]
     environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ACCELERATION_FRAMEWORK_CONFIG_FILE": "x"}
@@ -109,6 +111,7 @@ FMS_NAMES = (
     "moe-scattermoe-granite-ep8", "moe-scattermoe-granite-ep8-foak")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @needs_fms
 def test_every_fms_sample_configuration_is_a_framework_config_fms_accepts():
     from tunebench.experiment.fms.checks import probe

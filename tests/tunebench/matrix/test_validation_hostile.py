@@ -72,6 +72,7 @@ def test_the_keys_read_from_the_registry_are_those_added_since_27072a4():
     assert not set(NEW_KEYS) & {"r", "lora_alpha", "model_name_or_path", "torch_dtype"}  # 27072a4 had these
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @GENERATED
 @given(arguments=st.dictionaries(st.sampled_from(NEW_KEYS), value, min_size=1, max_size=3))
 def test_every_new_argument_is_typed_in_range_or_one_problem_naming_it(arguments):
@@ -126,6 +127,7 @@ def test_a_scenarios_gpu_counts_run_where_the_matrix_has_them_or_are_one_problem
     assert ran == sorted(n for n in matrix_counts if n in wanted)
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @pytest.mark.parametrize("key, value", [("loss_target_fraction", math.nan), ("loss_target_nats", math.inf),
                                         ("synthetic_markov_states", 0), ("loss_band_seed", -1),
                                         ("synthetic_corpus", "zipf"), ("loss_band_kind", "bits"),

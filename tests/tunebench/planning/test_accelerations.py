@@ -182,6 +182,7 @@ def test_decompose_k_partial_sums_as_inductor_offers_them():
         assert split_k_partials((4096, 151936), (151936, 2048)) == 0
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_max_autotune_plans_step_1s_autotuning_above_the_steady_step():
     """A max-autotune row is the default mode's step until step 1's autotuning holds more: then its peak is that,
     the excess in temporaries, and its bound adds the measured margin of that model."""

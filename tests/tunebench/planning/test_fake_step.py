@@ -75,6 +75,7 @@ def test_cuda_sizes_are_counted_in_allocator_blocks():
     assert all(blocks[k] >= exact[k] for k in exact)
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_predicting_a_1b_model_allocates_no_real_weights():
     # The peak RSS of this process's own memory (VmHWM): ru_maxrss would carry over the pytest parent's peak,
     # which the kernel keeps across the fork and exec (1.29 GB in a CI run late in the suite).

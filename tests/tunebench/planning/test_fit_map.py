@@ -67,6 +67,7 @@ def test_the_map_on_cpu_against_real_runs_at_its_edge_and_beyond(tmp_path):
             assert abs(rows.loc[batch, f"pred_error_{category}"]) < 1e-3, (batch, category)
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_a_map_without_a_gpu_or_a_budget_is_refused_with_the_fix(tmp_path):
     options = write_inputs(tmp_path, [tiny_scenario()])
     proc = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "plan", *options, "--fit_map",

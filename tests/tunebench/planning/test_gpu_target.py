@@ -42,6 +42,7 @@ def _plan(tmp_path: Path, name: str, options: list[str], *extra: str) -> pd.Data
     return pd.read_csv(tmp_path / name / ("fit_map.csv" if "--fit_map" in extra else "plan.csv"))
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_a_gpu_named_alone_plans_for_cuda_as_device_cuda_does(tmp_path, no_gpu_here):
     options = write_inputs(tmp_path, [tiny_scenario(), tiny_scenario("lora", peft_method="lora")])
     alone = _plan(tmp_path, "alone", _auto(options), "--plan_device", H100)

@@ -83,6 +83,7 @@ def _experiment(tmp_path, **arguments):
     return typed([ExperimentSpec("s", FrameworkConfig("lora-int8"), 1, "cuda", values)])[0]
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_the_plan_counts_once_then_reads_its_cache_and_says_so(tmp_path, monkeypatch):
     from tunebench.planning import int8_outliers
     from tunebench.planning.plan_matrix import unmodelled, with_outlier_columns

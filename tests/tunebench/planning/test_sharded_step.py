@@ -53,6 +53,7 @@ def test_the_fake_fsdp_rank_holds_what_a_real_one_holds(tmp_path):
     assert [_predicted(case) for case in CASES] == real
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_fp16_under_fsdp1_computes_in_fp16_as_accelerate_sets_it():
     """accelerate gives FSDP fp16 compute for an fp16 run (fms's GPTQ configs): its layer inputs, saved at every
     checkpoint, are 16-bit as a bf16 run's are. The plan gave such a run bf16 FSDP (and float32 layer inputs next to

@@ -204,6 +204,7 @@ def test_rows_that_cannot_be_projected_say_why(tmp_path):
         assert project_one(row, None, table, target)["proj_note"] == note
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_plan_project_from_writes_projection_csv_and_bad_input_exits_2(tmp_path):
     results = tmp_path / "measured"
     folder, _ = make_results(results)

@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -192,6 +193,7 @@ def test_the_run_it_line_resolves_from_where_tune_ran(tmp_path, monkeypatch):
     assert argv[argv.index("--scenarios_config_path") + 1] == str(tmp_path / "elsewhere" / "tune-scenarios.yaml")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_the_run_it_line_runs_from_where_tune_ran(tmp_path, monkeypatch):
     """The printed command itself (python → this interpreter), as a dry run, from the directory tune ran in."""
     outcome = _outcome({})

@@ -73,6 +73,7 @@ def test_space_spans_every_dimension_and_keeps_the_effective_batch():
     assert {p.micro_batch * p.grad_accum for p in on_gpu} == {6}
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_bad_tune_options_are_one_error_each(tmp_path):
     cases = [(["--effective_batch", "0"], "--effective_batch"), (["--objective", "cost"], "--gpu_hour_price"),
              (["--effective_batch", "7", "--num_gpus", "2"], "--effective_batch"),

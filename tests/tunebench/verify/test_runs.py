@@ -10,6 +10,7 @@ import pytest
 from tunebench import cli
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @pytest.mark.parametrize("extra", [[], ["--peft", "lora", "--gradient_checkpointing"]])
 def test_verify_on_cpu_agrees_with_memtracker(tmp_path, capsys, extra):
     out = tmp_path / "verify.json"

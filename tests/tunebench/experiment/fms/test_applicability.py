@@ -31,6 +31,7 @@ def probed():
     prefetch([json.dumps(body, sort_keys=True) for body in (GPTQ, FOAK, BNB, MARLIN)])
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_a_good_body_has_no_problem():
     assert problems(model(GPTQ), "cuda", installed_here=True) == []
 
@@ -46,6 +47,7 @@ def test_problems_name_the_key_and_fix():
     assert problems({"fms_plugins": "{oops"}, "cuda", True)[0][1].startswith("fms_plugins is not a mapping")
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_skips_say_why():
     assert "only LoRA adapters train" in skip_reason(model(GPTQ), "none", "preset:llama-tiny", "cuda")
     assert "Triton GPU kernel" in skip_reason(model(GPTQ), "lora", "preset:llama-tiny", "cpu")

@@ -27,6 +27,7 @@ def child(code: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @needs_fms
 def test_only_the_needed_plugins_are_imported():
     found = child("""
@@ -40,6 +41,7 @@ def test_only_the_needed_plugins_are_imported():
     assert found == {"plugins": ["AutoGPTQAccelerationPlugin", "BNBAccelerationPlugin"], "foak": True}
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @pytest.mark.skipif(not installed("fms_acceleration_aadp"), reason="fms-acceleration-aadp is not installed")
 def test_a_broken_plugin_package_is_named_with_its_cause():
     found = child("""
@@ -82,6 +84,7 @@ def test_foak_dequantize_is_bitsandbytes_dequantize():
     assert foak_bnb_dequantize(weight, None) is weight
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 @needs_fms
 def test_foak_lora_matmul_runs_on_bitsandbytes_050_after_the_mend():
     """foak's fused LoRA matmul on a bnb NF4 weight: a TypeError before the mend (pre-0.50 C arguments), then

@@ -172,6 +172,7 @@ def test_min_effect_is_overridable_per_family_and_metric():
     assert compare_rules.rule_for("scan_mem_params", min_effects={"memory": 2.0}).min_effect_pct is None
 
 
+@pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
 def test_autocorrelated_noise_does_not_inflate_significance():
     """AR(1), phi = 0.9, no true shift, 300 steps a side, 200 seeded trials: the block bootstrap calls at most
     5 % of them significant at the 1 % level (it calls 4); resampling single steps (iid) calls 89 significant.
