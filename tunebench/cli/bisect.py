@@ -33,23 +33,27 @@ RANGES = {"--min_effect": Range(0, 1000, low_open=True), "--retries": Range(0, 1
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="benchmark.py bisect", description=__doc__.splitlines()[0])
-    what = parser.add_mutually_exclusive_group(required=True)
+    searched = parser.add_argument_group("what is searched")
+    what = searched.add_mutually_exclusive_group(required=True)
     what.add_argument("--repo", help="a git repository holding the code under test")
     what.add_argument("--package", help="a package on the index pip uses (needs --versions)")
-    parser.add_argument("--good", required=True, help="a ref (or version) without the regression")
-    parser.add_argument("--bad", required=True, help="a later ref (or version) with it")
-    parser.add_argument("--versions", nargs="+", default=None, help="--package: the versions in order, good..bad")
-    parser.add_argument("--pip_args", default="", help="--package: extra pip install arguments (e.g. '--no-index "
-                        "--find-links DIR')")
-    parser.add_argument("--subdir", default="", help="--repo: the folder of the checkout to import from")
-    parser.add_argument("--harness", action="store_true", help="--repo is tunebench: run the candidate's benchmark.py")
-    parser.add_argument("--store", default="history.duckdb", help="the history store the runs are added to")
-    parser.add_argument("--workdir", default=None, help="a new folder for the runs (default bisect-<time> beside "
-                        "the store)")
-    parser.add_argument("--metric", default="steady_step_time_median", help="the metric that regressed")
-    parser.add_argument("--min_effect", type=float, default=None, help="minimum effect in %% (default compare's, 5)")
-    parser.add_argument("--retries", type=int, default=2, help="re-runs of the noisier side while a step's verdict "
+    searched.add_argument("--good", required=True, help="a ref (or version) without the regression")
+    searched.add_argument("--bad", required=True, help="a later ref (or version) with it")
+    searched.add_argument("--versions", nargs="+", default=None, help="--package: the versions in order, good..bad")
+    searched.add_argument("--pip_args", default="", help="--package: extra pip install arguments (e.g. '--no-index "
+                          "--find-links DIR')")
+    searched.add_argument("--subdir", default="", help="--repo: the folder of the checkout to import from")
+    searched.add_argument("--harness", action="store_true",
+                          help="--repo is tunebench: run the candidate's benchmark.py")
+    judged = parser.add_argument_group("the verdict of each step")
+    judged.add_argument("--metric", default="steady_step_time_median", help="the metric that regressed")
+    judged.add_argument("--min_effect", type=float, default=None, help="minimum effect in %% (default compare's, 5)")
+    judged.add_argument("--retries", type=int, default=2, help="re-runs of the noisier side while a step's verdict "
                         "is unstable")
+    files = parser.add_argument_group("files")
+    files.add_argument("--store", default="history.duckdb", help="the history store the runs are added to")
+    files.add_argument("--workdir", default=None, help="a new folder for the runs (default bisect-<time> beside "
+                       "the store)")
     return parser
 
 

@@ -32,7 +32,8 @@ MAX_TOKENS = 2**27
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
+    parser = Parser(prog="benchmark.py verify", description=__doc__.splitlines()[0])
+    p = parser.add_argument_group("the step measured")
     p.add_argument(
         "--model", default=None, help="preset or local dir (default: llama-3.2-1b on GPU, llama-tiny on CPU)"
     )
@@ -45,47 +46,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None, help="micro-batch (default 8 on GPU, 2 on CPU)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default 1024 on GPU, 64 on CPU)")
     p.add_argument("--grad_accum", type=int, default=1, help="micro-batches per optimizer step")
+    p = parser.add_argument_group("the check")
     p.add_argument("--steps", type=int, default=16, help="steps of the timing run (scan on step 4)")
     p.add_argument("--scan_step", type=int, default=4, help="the optimizer step scanned and tracked")
     p.add_argument("--tolerance", type=float, default=0.03, help="largest accepted relative difference per category "
                    "(0.03: ±3 %%)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="`auto`: cuda when one is visible")
     p.add_argument("--out", default=None, help="also write the full result as JSON here")
-    return p
+    return parser
 
 
-def input_problem(args) -> str | None:
-    """The first bad option, as one line naming it and the fix; None when every option is usable."""
+def input_problems(args) -> list[str]:
+    """Every bad option, each as one line naming it and the fix (all at once); [] when every option is usable."""
     from tunebench.experiment.model_config import config_problem
     from tunebench.experiment.models import resolve_model_source
 
-    ranged = option_problems(args, VERIFY_RANGES)
-    if ranged:
-        return f"{ranged[0].key} {ranged[0].message.removeprefix('out of range: ')}: out of range (fix: " \
-               f"{ranged[0].fix})"
+    problems = [f"{found.key} {found.message.removeprefix('out of range: ')}: out of range (fix: {found.fix})"
+                for found in option_problems(args, VERIFY_RANGES)]
+    if problems:  # the checks below combine the numbers: out-of-range ones would only repeat themselves
+        return problems + _model_problems(args, resolve_model_source, config_problem)
     if args.steps < args.scan_step + 3:
-        return "needs --steps >= --scan_step + 3 (fix: e.g. --steps 16)"
+        problems.append("needs --steps >= --scan_step + 3 (fix: e.g. --steps 16)")
     tokens = args.steps * (args.batch or 8) * args.grad_accum * (args.seq or 1024)
     if tokens > MAX_TOKENS:
-        return f"--steps × --batch × --grad_accum × --seq = {tokens:,} tokens, more than the {MAX_TOKENS:,} verify " \
-               "builds in memory (fix: smaller values)"
+        problems.append(f"--steps × --batch × --grad_accum × --seq = {tokens:,} tokens, more than the "
+                        f"{MAX_TOKENS:,} verify builds in memory (fix: smaller values)")
+    return problems + _model_problems(args, resolve_model_source, config_problem)
+
+
+def _model_problems(args, resolve_model_source, config_problem) -> list[str]:
+    """What is wrong with --model and the base it asks for."""
+    problems = []
+    if args.quantization != "none" and args.peft != "lora":
+        problems.append(f"--quantization {args.quantization}: a quantized base trains LoRA adapters only (fix: add "
+                        "--peft lora)")
+    if args.quantization != "none" and importlib.util.find_spec("bitsandbytes") is None:
+        problems.append(f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install "
+                        "'tunebench[quant]')")
     try:
         resolve_model_source(args.model)
     except ValueError as exc:
-        return f"--model: {exc} (fix: a preset such as preset:llama-tiny, or a local folder with config.json)"
-    if args.quantization != "none" and args.peft != "lora":
-        return f"--quantization {args.quantization}: a quantized base trains LoRA adapters only (fix: add --peft lora)"
-    if args.quantization != "none" and importlib.util.find_spec("bitsandbytes") is None:
-        return (f"--quantization {args.quantization}: bitsandbytes is not installed (fix: pip install "
-                f"'tunebench[quant]')")
+        return problems + [f"--model: {exc} (fix: a preset such as preset:llama-tiny, or a local folder with "
+                           "config.json)"]
     if not args.model.startswith("preset:") and not Path(args.model).is_dir():
-        return (
-            f"--model {args.model!r}: verify builds models offline from a preset or a local folder (fix: one of those)"
-        )
+        return problems + [f"--model {args.model!r}: verify builds models offline from a preset or a local folder "
+                           "(fix: one of those)"]
     found = None if args.model.startswith("preset:") else config_problem(args.model)
-    if found:
-        return f"--model: {found[0]} (fix: {found[1]})"
-    return None
+    return problems + ([f"--model: {found[0]} (fix: {found[1]})"] if found else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,9 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmark.py verify: --device cuda but no CUDA GPU is visible (fix: --device cpu)", file=sys.stderr)
         return 2
     args.model = args.model or ("preset:llama-3.2-1b" if args.cuda else "preset:llama-tiny")
-    problem = input_problem(args)
-    if problem:
-        print(f"benchmark.py verify: {problem}", file=sys.stderr)
+    problems = input_problems(args)
+    if len(problems) == 1:
+        print(f"benchmark.py verify: {problems[0]}", file=sys.stderr)
+    elif problems:
+        print(f"benchmark.py verify: {len(problems)} problem(s); nothing was run:\n" +
+              "\n".join(f"  - {problem}" for problem in problems), file=sys.stderr)
+    if problems:
         return 2
     args.batch = args.batch or (8 if args.cuda else 2)
     args.seq = args.seq or (1024 if args.cuda else 64)

@@ -52,6 +52,18 @@ def test_verify_bad_options_exit_2_in_one_line(capsys, argv, line):
     assert capsys.readouterr().err.splitlines() == [line]
 
 
+def test_verify_names_every_bad_option_at_once(capsys):
+    """Issue AC: verify said the first problem only; three took three round trips."""
+    assert cli.main(["verify", "--device", "cpu", "--steps", "5", "--quantization", "qlora",
+                     "--model", "/nonexistent/model"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "benchmark.py verify: 3 problem(s); nothing was run:"
+    assert lines[1] == "  - needs --steps >= --scan_step + 3 (fix: e.g. --steps 16)"
+    assert lines[2] == "  - --quantization qlora: a quantized base trains LoRA adapters only (fix: add --peft lora)"
+    assert lines[3].startswith("  - --model: local model directory '/nonexistent/model' does not exist") and \
+        len(lines) == 4
+
+
 def test_verify_refuses_a_local_model_whose_config_is_not_json(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{not json")
     assert cli.main(["verify", "--device", "cpu", "--model", str(tmp_path)]) == 2
