@@ -1,4 +1,5 @@
-"""benchmark.py's last lines: a Ctrl-C after the command is done is exit 130, never a traceback (-2)."""
+"""benchmark.py (tunebench.cli.entry, the installed `tunebench` command too): a Ctrl-C after the command is done is exit
+130, never a traceback (-2)."""
 
 import subprocess
 import sys

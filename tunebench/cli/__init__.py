@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 
 from tunebench.cli.options import build_parser
@@ -90,3 +91,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:
         return _environment_error(exc)
+
+
+def _exit_interrupted(*_) -> None:
+    os._exit(130)
+
+
+def entry() -> None:
+    """benchmark.py and the installed `tunebench` command: main's exit code. Once the command is done and its files
+    are written, a Ctrl-C while the interpreter shuts down (flushing stdout, multiprocessing joining the preload
+    server, Ray's atexit) ends it with 130 at once, not a KeyboardInterrupt in a finalizer (-2)."""
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between main's own handler and the next line: main had stopped already
+        code = 130
+    signal.signal(signal.SIGINT, _exit_interrupted)  # before the flush: CI once caught the signal inside it
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
