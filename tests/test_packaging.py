@@ -53,13 +53,14 @@ def test_the_wheel_holds_every_data_file(wheel):
 def _fresh_venv(folder: Path) -> Path:
     """A venv of its own whose other packages (torch, transformers, ...) are this environment's, the checkout not
     among them: a .pth names this interpreter's site-packages folders (their own .pth files, an editable install's
-    among them, are not read)."""
+    among them, are not read). Those may lie inside the checkout (tox's .tox/test in CI): the venv's own
+    site-packages comes first on sys.path, so its tunebench is the one imported (asserted below)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=300)
     python = folder / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     parents = [p for p in dict.fromkeys(sys.path) if p.rstrip("/").endswith(("site-packages", "dist-packages"))
-               and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO)]
+               and Path(p).is_dir()]
     Path(purelib, "environment.pth").write_text("".join(f"{p}\n" for p in parents))
     return python
 
