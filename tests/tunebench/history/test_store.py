@@ -284,3 +284,21 @@ def test_a_store_written_before_rows_were_checked_still_reports(tmp_path, capsys
     con.close()
     assert history("report", "--store", str(store), "--out", str(tmp_path / "r.html")) == 0
     assert "1e+300 (no time: Unix seconds out of range)" in (tmp_path / "r.html").read_text()
+
+
+def test_an_unresolvable_cut_after_a_regression_does_not_hide_it(tmp_path):
+    """A store CI made (test_check_and_bisection_e2e's twenty runs, 2026-11-28): +13 % from run 12, then the
+    change-point search cut again at run 15 (+5.3 %, which compare could not resolve: "unstable"), and the check
+    said UNSTABLE with exit 0. Between three or more regimes such a cut is merged like a not-significant one."""
+    import gzip
+    import shutil
+
+    store = tmp_path / "h.duckdb"
+    with gzip.open(REPO / "tests" / "data" / "history-ci-noisy-split.duckdb.gz") as packed, open(store, "wb") as out:
+        shutil.copyfileobj(packed, out)
+    from tunebench.history.actions import load
+    from tunebench.history.store import connect
+
+    (finding,) = check(*load(connect(store, read_only=True), store))
+    assert finding.verdict == "regression" and finding.regimes == [(0, 11), (11, 20)]
+    assert describe(finding)[0] == "REGRESSION  tiny: regimes runs 1-11 | runs 12-20"
