@@ -16,7 +16,7 @@ from tunebench.api.matrix import CPU_SCENARIOS, INPUTS_ROOT, MatrixOptions
 from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
 from tunebench.bounds import COUNT, Range
-from tunebench.cli.parsing import Parser
+from tunebench.cli.parsing import Parser, spellings
 from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges, refuse_plugin_options
 from tunebench.errors import InputProblem
 from tunebench.execution.executors import EXECUTORS
@@ -102,7 +102,7 @@ class _Options:
         self.groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
 
     def __call__(self, *names, group: str, only: str | None = None, **kw) -> None:
-        spelled = [*names, *[n.replace("_", "-") for n in names if "_" in n]]  # the dash spelling too
+        spelled = spellings(*names)
         if only is None or only == self.command:
             self.groups[group].add_argument(*spelled, **kw)
             return

@@ -16,6 +16,11 @@ from tunebench.errors import InputProblem
 
 logger = logging.getLogger(__name__)
 
+def spellings(*names: str) -> list[str]:
+    """An option's names and their dash spellings (`--num_gpus` answers to `--num-gpus` too)."""
+    return [*names, *[name.replace("_", "-") for name in names if "_" in name.lstrip("-")]]
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's help plus each option's default, where it has one and its help does not already say it."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from tunebench.api.words import plugin_settings_classes
 from tunebench.bounds import Range
+from tunebench.cli.parsing import spellings
 from tunebench.errors import InputProblem
 from tunebench.plugins import settings_fields
 
@@ -29,8 +30,7 @@ def add_plugin_options(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(title)
         for field in settings_fields(settings_class):
             keywords = dict(field.metadata["argparse"])
-            names = [field.metadata["option"], *keywords.pop("aliases", [])]
-            names += [n.replace("_", "-") for n in names if "_" in n[2:]]
+            names = spellings(field.metadata["option"], *keywords.pop("aliases", []))
             default = None if field.default is dataclasses.MISSING else field.default
             group.add_argument(*names, dest=_destination(field), default=default, help=field.metadata["help"],
                                **keywords)
@@ -42,8 +42,7 @@ def refuse_plugin_options(parser, command: str) -> None:
     for _, settings_class in plugin_settings_classes():
         for field in settings_fields(settings_class):
             names = [field.metadata["option"], *field.metadata["argparse"].get("aliases", [])]
-            parser.elsewhere.update(dict.fromkeys([*names, *[n.replace("_", "-") for n in names if "_" in n[2:]]],
-                                                  command))
+            parser.elsewhere.update(dict.fromkeys(spellings(*names), command))
             default = None if field.default is dataclasses.MISSING else field.default
             parser.set_defaults(**{_destination(field): default})
 

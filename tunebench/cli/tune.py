@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from transformers.hf_argparser import string_to_bool
 
+from tunebench.cli.parsing import spellings
 from tunebench.errors import InputError, InputProblem
 from tunebench.tuning.option_checks import RANGES
 from tunebench.tuning.options import OBJECTIVES, PEFT_CHOICES, TuneOptions
@@ -56,7 +57,7 @@ def _option_adder(parser: argparse.ArgumentParser):
         if allowed is not None:  # the range option_checks enforces, in --help
             kw["help"] = f"{kw['help']} ({allowed.describe()})"
         group = groups[next(key for key, members in GROUP_OF.items() if names[0] in members)]
-        group.add_argument(*names, *[n.replace("_", "-") for n in names if "_" in n], **kw)
+        group.add_argument(*spellings(*names), **kw)
     return opt
 
 
