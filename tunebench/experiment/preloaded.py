@@ -2,9 +2,10 @@
 
 A fork of a process that initialised CUDA cannot use CUDA. bitsandbytes initialises it when imported on a
 machine with GPUs (it reads every GPU's compute capability), and PEFT (so TRL) imports bitsandbytes whenever it
-is installed. There the server imports only what does not touch CUDA, and each experiment imports the rest
-itself (measured on H100 with bitsandbytes installed: every preloaded experiment failed with "Cannot
-re-initialize CUDA in forked subprocess" before this split).
+is installed (measured on H100: every preloaded experiment failed with "Cannot re-initialize CUDA in forked
+subprocess"). There the server holds bitsandbytes deferred (tunebench.experiment.deferred_module): PEFT, TRL and
+the entry are imported here all the same, and bitsandbytes runs its own import in the experiment that first uses
+it. (Before, the server stopped short of PEFT and TRL there, and each experiment paid 8-9 s of imports: issue AE.)
 """
 
 import importlib.util
@@ -26,10 +27,14 @@ def _gpus_visible() -> bool:
         return True
 
 
-if importlib.util.find_spec("bitsandbytes") is None or not _gpus_visible():
-    import peft  # noqa: F401
-    from trl import SFTTrainer  # noqa: F401
+if importlib.util.find_spec("bitsandbytes") is not None and _gpus_visible():
+    from tunebench.experiment.deferred_module import defer
 
-    import scanner.callback  # noqa: F401
-    import tunebench.experiment.train  # noqa: F401
-    import tunebench.experiment.trainer  # noqa: F401
+    defer("bitsandbytes")
+
+import peft  # noqa: E402, F401
+from trl import SFTTrainer  # noqa: E402, F401
+
+import scanner.callback  # noqa: E402, F401
+import tunebench.experiment.train  # noqa: E402, F401
+import tunebench.experiment.trainer  # noqa: E402, F401

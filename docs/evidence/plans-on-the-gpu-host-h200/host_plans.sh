@@ -20,7 +20,7 @@ here=docs/evidence/plans-on-the-gpu-host-h200
 matrix=(--scenarios_config_path "$here/scenarios-host-plans.yaml" --num_gpus_matrix 1 2 --plan_device "NVIDIA H200")
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TOKENIZERS_PARALLELISM=false
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --target .site/.whl .whl/*.whl && \
+[ -d .whl ] && rm -rf .site/.whl && python3 -m pip install -q --no-index --no-deps --target .site/.whl .whl/*.whl && \
   export PYTHONPATH="$PWD/.site/.whl"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee "$out/versions.txt"
