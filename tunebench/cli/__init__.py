@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 
@@ -58,6 +59,29 @@ def _checked_run(options, planning_only: bool) -> int:
     return run(options)
 
 
+def _spawn_preload_server(options) -> None:
+    """A local run that will fork experiments spawns the preload server first: its imports (5-15 s) then overlap the
+    harness's own reading of the inputs, which imports TRL too (issue AE). On the CPU the server's OpenMP threads
+    sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it for a CPU matrix): its forks inherit them."""
+    if options.dry_run or options.no_preload or options.executor != "local" or options.launcher not in (
+            None, "forkserver"):
+        return
+    from tunebench.execution.launchers.base import CPU_WAIT_POLICY
+    from tunebench.execution.preload import spawn
+
+    if _on_the_cpu(options.device):
+        os.environ.setdefault("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
+    spawn()
+
+
+def _on_the_cpu(device: str) -> bool:
+    """Whether the matrix will run on the CPU, as tunebench.api.matrix decides it, without asking nvidia-smi twice
+    (without GPUs to use, `auto` is the CPU; `CUDA_VISIBLE_DEVICES=` on a GPU machine is an input error there)."""
+    if device != "auto":
+        return device == "cpu"
+    return shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     os.environ.update(library_cache_environment())  # this process's imports leave no cache in the temp directory
@@ -74,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = contextlib.nullcontext() if options.dry_run or planning_only else Guardian()
     try:
         with watchdog:
+            if not planning_only:
+                _spawn_preload_server(options)
             return _checked_run(options, planning_only)
     except PluginError as exc:  # a plugin that failed in use: the run stopped there
         print(f"tunebench: {exc.problems[0]}; the run stopped (the CSVs hold every experiment on disk)",

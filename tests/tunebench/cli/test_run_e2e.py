@@ -52,6 +52,15 @@ def test_failing_experiment_is_recorded_and_matrix_continues(first_run):
     assert "broken" in proc.stdout and "fixed-len" in proc.stdout  # the summary table lists every row
 
 
+def test_the_preload_server_was_spawned_before_the_inputs_were_read(first_run):
+    """Its imports ran beside the harness's reading of the inputs (issue AE): the run found it spawned, and the rows
+    forked from it say so."""
+    _, _, out, proc = first_run
+    assert "the preload server was spawned" in proc.stderr and "starting the preload server" not in proc.stderr
+    ok = pd.read_csv(out / "raw_summary.csv").query("status == 'ok'")
+    assert len(ok) == 2 and ok["startup_preloaded"].all() and (ok["startup_preload_seconds"] >= 0).all()
+
+
 def test_ok_rows_have_metrics_and_exact_token_counts(first_run):
     _, _, out, _ = first_run
     frame = pd.read_csv(out / "raw_summary.csv").set_index("scenario")

@@ -109,12 +109,15 @@ class LocalExecutor:
         """Start the preload server once (its imports), when some experiment will be forked from it."""
         if not options.preload or not any(e.num_gpus == 1 for e in experiments):
             return None
+        from tunebench.execution.preload import spawned_early
+
         started = options.session.preload.warm_seconds is not None
-        if not started:  # the longest silence of a run's start: said before, not only after
+        if not started and not spawned_early():  # the longest silence of a run's start: said before, not only after
             logger.info("starting the preload server: torch, transformers and TRL are imported once (5-15 s)")
         seconds = options.session.preload.warm()
         if not started:
-            logger.info("preload server ready in %.1f s (torch, transformers, TRL imported once for the run)", seconds)
+            logger.info("preload server ready: the run waited %.1f s for it (torch, transformers, TRL imported once "
+                        "for the run)", seconds)
         return seconds
 
     @staticmethod

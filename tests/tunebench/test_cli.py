@@ -1,0 +1,56 @@
+"""tunebench/cli/__init__.py: which commands spawn the preload server as the run begins (issue AE), and with which
+OpenMP wait policy; the spawn itself is timed end to end in tests/tunebench/cli/test_run_e2e.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import tunebench.cli as cli
+import tunebench.execution.preload as preload
+from tunebench.cli.options import build_parser
+
+
+@pytest.fixture
+def spawns(monkeypatch):
+    calls = []
+    monkeypatch.setattr(preload, "spawn", lambda: calls.append(os.environ.get("OMP_WAIT_POLICY")))
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    return calls
+
+
+@pytest.mark.parametrize(("argv", "spawned"), [
+    ([], True),
+    (["--launcher", "forkserver"], True),
+    (["--dry_run"], False),
+    (["--no_preload"], False),
+    (["--launcher", "torchrun"], False),
+    (["--launcher", "python"], False),
+    (["--executor", "ray"], False),
+])
+def test_a_local_run_that_forks_experiments_spawns_the_server_and_nothing_else_does(spawns, argv, spawned):
+    cli._spawn_preload_server(build_parser("benchmark.py").parse_args([*argv, "--device", "cpu"]))
+    assert spawns == (["PASSIVE"] if spawned else [])
+
+
+@pytest.mark.parametrize(("device", "visible", "policy"), [
+    ("cpu", None, "PASSIVE"), ("cuda", None, None), ("auto", "", "PASSIVE"), ("auto", "-1", "PASSIVE")])
+def test_the_server_s_threads_sleep_at_barriers_only_for_a_cpu_matrix(spawns, monkeypatch, device, visible, policy):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    cli._spawn_preload_server(build_parser("benchmark.py").parse_args(["--device", device]))
+    assert spawns == [policy]
+
+
+def test_auto_without_nvidia_smi_is_the_cpu(spawns, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    cli._spawn_preload_server(build_parser("benchmark.py").parse_args([]))
+    assert spawns == ["PASSIVE"]
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    cli._spawn_preload_server(build_parser("benchmark.py").parse_args([]))
+    assert spawns == ["PASSIVE", None]
