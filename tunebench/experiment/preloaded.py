@@ -31,6 +31,11 @@ if importlib.util.find_spec("bitsandbytes") is not None and _gpus_visible():
     from tunebench.experiment.deferred_module import defer
 
     defer("bitsandbytes")
+    # bitsandbytes wraps its default kernels in torch.compile when imported (a lazy wrapper: nothing compiles until it
+    # is called). The modules that wrapper imports (inductor's front end, networkx) are most of its import (1.2 of 1.3
+    # s on 2 cores) and touch no GPU: imported here, the experiment that loads bitsandbytes (every LoRA one: PEFT asks
+    # it for Linear4bit) pays only its own modules and library.
+    torch.compile(lambda tensor: tensor, dynamic=False)
 
 import peft  # noqa: E402, F401
 from trl import SFTTrainer  # noqa: E402, F401

@@ -6,7 +6,7 @@
 #           deferred (preloaded_before.py beside this file: each experiment imported PEFT, TRL and bitsandbytes);
 #   after:  this tree as it is.
 # The page cache is warmed first (one import of the stack), so neither side pays cold disk reads the other does not.
-# $OUT gets each side's raw_summary.csv, log tail and wall seconds (walls.txt), and versions.txt.
+# $OUT gets each side's raw_summary.csv, log head and tail and wall seconds (walls.txt), and versions.txt.
 set -uo pipefail
 out=${OUT:-/tmp/matrix-wall-out}
 here=docs/evidence/matrix-wall-h200
@@ -31,5 +31,6 @@ for side in ${SIDES:-before after}; do
   end=$(date +%s.%N)
   echo "$side exit $code wall $(python3 -c "print(round($end - $start, 1))") s" | tee -a "$out/walls.txt"
   cp "/tmp/results-$side/raw_summary.csv" "$out/raw_summary-$side.csv" 2>/dev/null
+  head -c 20000 "$out/$side.log" > "$out/$side-head.log"
   tail -c 20000 "$out/$side.log" > "$out/$side-tail.log" && rm -f "$out/$side.log"
 done

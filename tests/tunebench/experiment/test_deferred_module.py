@@ -76,9 +76,12 @@ SERVER = textwrap.dedent("""
     wanted = ["peft", "trl", "scanner.callback", "tunebench.experiment.train", "tunebench.experiment.trainer"]
     print("imported", all(name in sys.modules for name in wanted))
     print("bitsandbytes ran", loaded("bitsandbytes"), [m for m in sys.modules if m.startswith("bitsandbytes.")])
+    before = set(sys.modules)
     from peft.tuners.lora import bnb
     import bitsandbytes
     print("qlora layer", bnb.Linear4bit.__name__, bitsandbytes.nn.Linear4bit.__module__, loaded("bitsandbytes"))
+    # what its import added is its own modules (and PEFT's bnb layers), not torch.compile's (the server's already)
+    print("others", sorted({m.split(".")[0] for m in set(sys.modules) - before} - {"bitsandbytes", "peft"}))
 """)
 
 
@@ -88,4 +91,5 @@ def test_the_preload_server_imports_peft_and_trl_and_holds_bitsandbytes_on_a_gpu
     proc = subprocess.run([sys.executable, "-c", SERVER], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
-        "imported True", "bitsandbytes ran False []", "qlora layer Linear4bit bitsandbytes.nn.modules True"]
+        "imported True", "bitsandbytes ran False []", "qlora layer Linear4bit bitsandbytes.nn.modules True",
+        "others []"]
