@@ -19,8 +19,13 @@ transformers.__version__, 'trl', trl.__version__, 'peft', peft.__version__, 'bit
   2>/dev/null | tee "$out/versions.txt"
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv > "$out/gpus.csv" 2>&1
 before=/tmp/tunebench-before
-rm -rf "$before" && mkdir -p "$before" && tar --exclude=./.site --exclude=./docs --exclude=./.whl -cf - . | tar -xf - -C "$before"
-cp "$here/preloaded_before.py" "$before/tunebench/experiment/preloaded.py"
+rm -rf "$before" && mkdir -p "$before"
+if [ -n "${BEFORE_TAR:-}" ]; then  # a whole older commit: git archive -o .whl/before-<ref>.tar.gz <ref> benchmark.py \
+  tar -xzf "$BEFORE_TAR" -C "$before"  #   tunebench scanner accelerate.yaml defaults.yaml framework_configs.yaml scenarios*.yaml
+else  # this tree with the preload server of before the deferral (the first call, 2026-11-28)
+  tar --exclude=./.site --exclude=./docs --exclude=./.whl -cf - . | tar -xf - -C "$before"
+  cp "$here/preloaded_before.py" "$before/tunebench/experiment/preloaded.py"
+fi
 for side in ${SIDES:-before after}; do
   dir=$PWD && [ "$side" = before ] && dir=$before
   rm -rf "/tmp/results-$side" "/tmp/cache-$side"
