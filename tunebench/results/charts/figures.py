@@ -282,17 +282,20 @@ def _time_scale(total_seconds: float) -> tuple[float, str]:
 
 
 def breakdown_chart(
-    df: pd.DataFrame, labels: pd.Series, parts: Sequence[str], marker_col: str, title: str
+    df: pd.DataFrame, labels: pd.Series, parts: Sequence[str], marker_col: str, title: str,
+    names: Sequence[str] | None = None, source: str = "the scanner",
 ) -> bytes:
-    """Stacked bars of the scanner's ``parts`` (bytes or seconds) per row that has any, with the measured total."""
+    """Stacked bars of ``parts`` (bytes or seconds; legend ``names``, default the columns' last words) per row that
+    has any, with the measured total."""
+    named = dict(zip(parts, names or [c.split("_", 2)[-1] for c in parts], strict=True))
     present = [c for c in parts if c in df.columns and df[c].notna().any()]
     if not present:
         raise ChartSkipped(f"{title}: columns {', '.join(parts)} are absent or empty in this CSV "
-                           "(they come from the scanner).")  # fmt: skip
+                           f"(they come from {source}).")  # fmt: skip
     rows = df[df[present].notna().any(axis=1)]
     to_scale = _memory_scale if rules.metric_family(present[0]) == "memory" else _time_scale
     scale, unit = to_scale(rows[present].sum(axis=1).max())
-    components = {c.split("_", 2)[-1]: (rows[c] / scale).tolist() for c in present}
+    components = {named[c]: (rows[c] / scale).fillna(0).tolist() for c in present}
     marker = None
     if marker_col in rows.columns and rows[marker_col].notna().any():
         marker = (f"measured ({marker_col})", (rows[marker_col] / scale).tolist())

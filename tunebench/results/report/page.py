@@ -68,6 +68,11 @@ MEMORY_PANELS = (
 HOST_PEAK = "mem_peak_host_rss_bytes"
 HOST_MEMORY_PANELS = ((HOST_PEAK, "peak host RSS (GiB): a CPU run's memory", GIB),)
 TIME_PARTS = ("scan_time_forward", "scan_time_backward", "scan_time_clip", "scan_time_optimizer", "scan_time_other")
+# An experiment's start-up in the order it happens (the launcher before the training process, then its stages:
+# tunebench.experiment.startup); the marker is the training entry's own total, the launcher not in it.
+STARTUP_PARTS = (("startup_launcher_seconds", "launcher"), ("startup_imports_seconds", "imports"),
+                 ("startup_data_seconds", "data"), ("startup_model_seconds", "model"),
+                 ("startup_trainer_seconds", "trainer"), ("startup_train_setup_seconds", "train setup"))
 # Columns of the experiments table, in order; absent columns are left out.
 SUMMARY_COLUMNS = (
     ("steady_nonpad_tokens_per_second", "steady non-pad tokens/s"),
@@ -260,6 +265,9 @@ def build_report(df: pd.DataFrame, source: str, reference: pd.DataFrame | None =
                                    "Memory by category"),
         "time_breakdown": _chart(charts.breakdown_chart, df, df["_label"], TIME_PARTS, "scan_time_step",
                                  "Time per step by phase"),
+        "startup": _chart(charts.breakdown_chart, df, df["_label"], [c for c, _ in STARTUP_PARTS], "startup_seconds",
+                          "Start-up by stage", names=[n for _, n in STARTUP_PARTS],
+                          source="the training entry's start-up marks"),
         "scaling": _scaling_section(ok, warnings),
         "memory_vs_batch": _chart(charts.curves_chart, ok, "effective_batch_size", _memory_panels(ok),
                                   _families(ok, "effective_batch_size", "per_device_train_batch_size"),

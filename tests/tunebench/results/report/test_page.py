@@ -129,8 +129,8 @@ def test_failures_table_has_status_class_and_error_line(results_csv):
 def test_charts_are_embedded_valid_pngs(results_csv):
     html_text = report.build_report(pd.read_csv(results_csv), "x.csv")
     page = parse(html_text)
-    # memory breakdown, time breakdown, scaling, memory vs batch size, Pareto front, predicted vs measured memory
-    assert len(page.images) == 6
+    # memory breakdown, time breakdown, start-up, scaling, memory vs batch size, Pareto front, predicted vs measured
+    assert len(page.images) == 7
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])
@@ -140,6 +140,18 @@ def test_charts_are_embedded_valid_pngs(results_csv):
             assert img.width > 400 and img.height > 150
     assert "Omitted" not in html_text
     assert 'src="http' not in html_text and "<script" not in html_text  # self-contained, nothing fetched
+
+
+def test_the_start_up_chart_stacks_each_stage_to_the_measured_total(results_csv):
+    """Each bar is the stages in their order, launcher first; the marker is startup_seconds (the launcher is not in it),
+    so the stages past the launcher add up to the marker exactly on these rows (issue AE: where start-up goes)."""
+    df = pd.read_csv(results_csv)
+    ok = df[df["status"] == "ok"]
+    stages = [c for c, _ in report.STARTUP_PARTS]
+    assert stages[0] == "startup_launcher_seconds"
+    assert np.allclose(ok[stages[1:]].sum(axis=1), ok["startup_seconds"])
+    page = parse(report.build_report(df, "x.csv"))
+    assert "Start-up by stage" in [alt for alt in page.image_alts]
 
 
 def test_missing_columns_are_omitted_with_a_reason(tmp_path):
@@ -158,8 +170,9 @@ def test_missing_columns_are_omitted_with_a_reason(tmp_path):
     html_text = report.write_report(path, tmp_path / "r.html").read_text()
     page = parse(html_text)
     assert page.images == []
-    assert html_text.count("Omitted:") == 7  # + no steady-state columns (and so no Pareto front), no predictions
+    assert html_text.count("Omitted:") == 8  # + no steady-state columns (and so no Pareto front), no predictions
     assert "scan_mem_params" in html_text and "scan_time_forward" in html_text
+    assert "startup_imports_seconds" in html_text and "the training entry&#39;s start-up marks" in html_text
     assert "all ok rows have num_gpus = 1" in html_text
     assert "Memory vs effective batch size: no ok row has effective_batch_size." in html_text
     assert page.tables["experiments"][0] == ["experiment", "status", "whole-run tokens/s"]
@@ -185,7 +198,7 @@ def test_report_with_reference_shows_the_comparison(results_csv, tmp_path):
         "4,800.0",
         "-20.0 %",
     ] in page.tables["findings"]
-    assert len(page.images) == 7  # + the change heatmap
+    assert len(page.images) == 8  # + the change heatmap
 
 
 def test_main_exit_codes(results_csv, tmp_path, capsys):

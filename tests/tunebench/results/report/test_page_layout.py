@@ -83,7 +83,7 @@ def figures(monkeypatch) -> list:
 
 def test_no_chart_text_leaves_its_png_in_a_crowded_report(figures):
     report.build_report(pd.DataFrame(crowded_rows()), "crowded.csv")
-    assert len(figures) == 5  # memory, step time, scaling, memory vs batch, predicted vs measured
+    assert len(figures) == 6  # memory, step time, start-up, scaling, memory vs batch, predicted vs measured
     for fig in figures:
         assert clipped_texts(fig) == []
 
