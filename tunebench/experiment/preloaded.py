@@ -30,12 +30,10 @@ def _gpus_visible() -> bool:
 if importlib.util.find_spec("bitsandbytes") is not None and _gpus_visible():
     from tunebench.experiment.deferred_module import defer
 
+    # Not torch.compile's modules either, although bitsandbytes imports them (a lazy torch.compile wrapper of its
+    # kernels) and they are most of its import on the CPU: importing them here made every fork unusable for CUDA on
+    # an H200 (each experiment fell back to a new interpreter: docs/evidence/matrix-wall-h200.md, call E).
     defer("bitsandbytes")
-    # bitsandbytes wraps its default kernels in torch.compile when imported (a lazy wrapper: nothing compiles until it
-    # is called). The modules that wrapper imports (inductor's front end, networkx) are most of its import (1.2 of 1.3
-    # s on 2 cores) and touch no GPU: imported here, the experiment that loads bitsandbytes (every LoRA one: PEFT asks
-    # it for Linear4bit) pays only its own modules and library.
-    torch.compile(lambda tensor: tensor, dynamic=False)
 
 import peft  # noqa: E402, F401
 from trl import SFTTrainer  # noqa: E402, F401
