@@ -9,14 +9,12 @@ from __future__ import annotations
 import logging
 import os
 
-from transformers.hf_argparser import string_to_bool
-
 from tunebench.api.checks import cli_ranges
 from tunebench.api.matrix import CPU_SCENARIOS, INPUTS_ROOT, MatrixOptions
 from tunebench.api.projecting import PARALLELISMS, ProjectionOptions
 from tunebench.api.running import RunSettings
 from tunebench.bounds import COUNT, Range
-from tunebench.cli.parsing import Parser, spellings
+from tunebench.cli.parsing import Parser, spellings, text_to_bool
 from tunebench.cli.plugin_options import add_plugin_options, plugin_ranges, refuse_plugin_options
 from tunebench.errors import InputProblem
 from tunebench.execution.executors import EXECUTORS
@@ -77,8 +75,8 @@ def booleans(values: list[str] | None, problems: list[InputProblem]) -> list[boo
         return None
     items = split(values)
     try:
-        return [string_to_bool(v) for v in items]
-    except Exception:  # string_to_bool raises ArgumentTypeError with the accepted spellings
+        return [text_to_bool(v) for v in items]
+    except Exception:  # text_to_bool raises ArgumentTypeError with the accepted spellings
         problems.append(InputProblem("command line", "--packing_matrix", f"expected true/false values, got {items}",
                                      "e.g. --packing_matrix true false"))
         return None

@@ -16,6 +16,24 @@ from tunebench.errors import InputProblem
 
 logger = logging.getLogger(__name__)
 
+# The training entry's spellings of true and false (transformers' HfArgumentParser reads its booleans so): the
+# matrix options answer to the same words. Spelt out here because importing transformers' parser imports torch,
+# seconds of every command line's start-up (`--help` included).
+TRUE_WORDS = ("yes", "true", "t", "y", "1")
+FALSE_WORDS = ("no", "false", "f", "n", "0")
+
+
+def text_to_bool(text: str | bool) -> bool:
+    """A true/false word, case-insensitive, as the entry reads it; ArgumentTypeError naming the accepted ones."""
+    if isinstance(text, bool):
+        return text
+    if text.lower() in TRUE_WORDS:
+        return True
+    if text.lower() in FALSE_WORDS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected one of yes/no, true/false, t/f, y/n, 1/0 (any case), got {text!r}")
+
+
 def spellings(*names: str) -> list[str]:
     """An option's names and their dash spellings (`--num_gpus` answers to `--num-gpus` too)."""
     return [*names, *[name.replace("_", "-") for name in names if "_" in name.lstrip("-")]]

@@ -10,9 +10,7 @@ import re
 import sys
 from dataclasses import replace
 
-from transformers.hf_argparser import string_to_bool
-
-from tunebench.cli.parsing import spellings
+from tunebench.cli.parsing import spellings, text_to_bool
 from tunebench.errors import InputError, InputProblem
 from tunebench.tuning.option_checks import RANGES
 from tunebench.tuning.options import OBJECTIVES, PEFT_CHOICES, TuneOptions
@@ -122,7 +120,7 @@ def _bools(values: list[str] | None, option: str, problems: list[InputProblem]) 
     if values is None:
         return None
     try:
-        found = tuple(dict.fromkeys(string_to_bool(v) for value in values for v in value.replace(",", " ").split()))
+        found = tuple(dict.fromkeys(text_to_bool(v) for value in values for v in value.replace(",", " ").split()))
     except Exception:
         problems.append(InputProblem("command line", option, f"expected true/false values, got {values}",
                                      f"e.g. {option} false true"))

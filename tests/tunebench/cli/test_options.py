@@ -1,9 +1,15 @@
 """benchmark.py's and `benchmark.py plan`'s options: each command lists, in groups, and takes only its own; an
 option of the other command, or a misspelt one, is named with the fix, every one at once (issue AC)."""
 
-import pytest
+import argparse
+import subprocess
+import sys
 
-from tests.fixtures.harness import tiny_scenario, write_inputs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.fixtures.harness import REPO, tiny_scenario, write_inputs
 from tunebench import cli
 from tunebench.cli import SUBCOMMANDS
 from tunebench.cli.options import GROUPS, PLAN, RUN, build_parser
@@ -66,3 +72,29 @@ def test_a_run_refuses_plans_options(tmp_path, capsys):
         cli.main([*write_inputs(tmp_path, [tiny_scenario()]), "--results_output_path", str(out), "--fit_map"])
     assert exited.value.code == 2 and not out.exists()
     assert "  - --fit_map: an option of `benchmark.py plan`, not of `benchmark.py`" in capsys.readouterr().err
+
+
+@given(st.one_of(st.sampled_from(["yes", "True", "T", "y", "1", "no", "FALSE", "f", "N", "0", "", "on", "2"]),
+                 st.text(max_size=6)))
+@settings(deadline=None)  # the first example imports transformers
+def test_the_matrix_booleans_read_as_the_entry_reads_them(text):
+    """The command line's true/false words are the training entry's (transformers' HfArgumentParser), without
+    importing transformers (it imports torch: seconds of every command line's start-up)."""
+    from transformers.hf_argparser import string_to_bool
+
+    from tunebench.cli.parsing import text_to_bool
+
+    try:
+        expected = string_to_bool(text)
+    except argparse.ArgumentTypeError:
+        with pytest.raises(argparse.ArgumentTypeError):
+            text_to_bool(text)
+    else:
+        assert text_to_bool(text) is expected
+
+
+def test_the_command_line_imports_no_torch():
+    """`benchmark.py --help` and the options' parsing import neither torch nor transformers."""
+    code = "import sys, tunebench.cli; print(sorted({'torch', 'transformers', 'trl'} & set(sys.modules)))"
+    found = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0 and found.stdout.strip() == "[]", found.stderr[-2000:]
