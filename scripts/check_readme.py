@@ -177,8 +177,9 @@ def session_script(commands: list[Command], skips: dict[int, str], logs: Path, c
             continue
         text = command.text.replace("HEAD_IP", "127.0.0.1")
         parts.append(f"echo '[{command.where}]' >&2")
+        parts.append("started=$EPOCHREALTIME")
         parts.append(f"{{\n{text}\n}} >{shlex.quote(str(logs / f'{index}.log'))} 2>&1")
-        parts.append(f"echo {index} $? >&3")
+        parts.append(f"echo {index} $? $started $EPOCHREALTIME >&3")  # its exit code and its wall time
     return "\n".join(parts) + "\n"
 
 
@@ -246,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_ray(repo_copy, env)
 
-    exit_codes = dict(tuple(map(int, line.split())) for line in codes.read_text().splitlines() if line.strip())
+    exit_codes, seconds = {}, {}
+    for line in codes.read_text().splitlines():
+        if line.strip():
+            index, code, started, ended = line.split()
+            exit_codes[int(index)], seconds[int(index)] = int(code), float(ended) - float(started)
     failed = 0
     for index, command in enumerate(commands):
         first = command.text.splitlines()[0]
@@ -255,13 +260,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         code = exit_codes.get(index)
         mark = "ok" if code == 0 else f"FAIL ({'did not run to the end' if code is None else f'exit {code}'})"
-        print(f"  {mark:5} {command.where}: {first}")
+        took = f"{seconds[index]:6.1f} s" if index in seconds else " " * 8
+        print(f"  {mark:5} {took} {command.where}: {first}")
         if code != 0:
             failed += 1
             log = logs / f"{index}.log"
             tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else ["(no output)"]
             print("\n".join(f"        | {line}" for line in tail))
-    print(f"README check: {len(commands) - len(skips) - failed} ok, {failed} failed, {len(skips)} skipped")
+    print(f"README check: {len(commands) - len(skips) - failed} ok, {failed} failed, {len(skips)} skipped; "
+          f"the commands took {sum(seconds.values()):.0f} s")
     if not args.keep and not failed:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0

@@ -1,6 +1,7 @@
 """scripts/check_readme.py, the runner of the README's command blocks (issue Q): what it reads as a command,
 what it skips and why, and that one failing command fails the check while the session carries on."""
 
+import re
 import sys
 import tempfile
 
@@ -88,9 +89,12 @@ def test_one_failure_fails_the_check_and_the_session_goes_on(tmp_path, capsys, m
                       "never-run-here   # GPU only\ntest -f README.md && test -f benchmark.py\n```\n")
     assert check_readme.main(["--readme", str(readme), "--timeout", "120"]) == 1
     out = capsys.readouterr().out
-    assert "ok    README.md:2: export GREETING=hello" in out
-    assert "FAIL (exit 1) README.md:3: false" in out
-    assert "ok    README.md:4:" in out and "ok    README.md:6:" in out  # the session kept its variable and went on
+    took = r" +\d+\.\d s "  # each command's wall time
+    assert re.search("ok    " + took + "README.md:2: export GREETING=hello", out), out
+    assert re.search(r"FAIL \(exit 1\)" + took + "README.md:3: false", out), out
+    # the session kept its variable and went on
+    assert re.search("ok    " + took + "README.md:4:", out) and re.search("ok    " + took + "README.md:6:", out)
+    assert re.search(r"the commands took \d+ s$", out.strip()), out
     assert "skip  README.md:5: never-run-here" in out
     assert "3 ok, 1 failed, 1 skipped" in out
 
