@@ -136,21 +136,6 @@ def test_a_node_dying_mid_experiment_is_an_error_row_and_the_matrix_goes_on(tmp_
     assert os.path.isfile(out / "raw_summary.csv")
 
 
-def test_readme_ray_commands(tmp_path, cache):
-    """The cluster recipe of docs/guides/clusters.md for real: `ray start --head`, then the harness joins it by
-    address."""
-    # A throwaway local cluster: no token authentication (Ray's documented opt-out), so a token left in
-    # ~/.ray by another cluster cannot get in the way.
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    with ray_head(env) as address:
-        proc = subprocess.run([sys.executable, "benchmark.py", "--executor", "ray", "--ray_address", address,
-                               "--results_output_path", str(tmp_path / "results")],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    frame = pd.read_csv(tmp_path / "results" / "raw_summary.csv")
-    assert len(frame) == 4 and (frame["status"] == "ok").all() and (frame["executor"] == "ray").all()
-
-
 def test_a_token_cluster_is_joined_with_the_token_at_hand(tmp_path, cache):
     """Issue Q: a cluster with token authentication, joined by address with the token in ~/.ray/auth_token and
     RAY_AUTH_MODE unset (Ray alone refuses that after ~20 s of retries); an explicit RAY_AUTH_MODE=disabled is
