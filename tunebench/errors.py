@@ -23,13 +23,3 @@ class InputError(Exception):
     def __init__(self, problems: list[InputProblem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
-
-    def __reduce__(self):
-        # pickled by its problems (a fork of the preload server raises it in the harness), whatever the subclass
-        return _rebuilt, (type(self), self.problems)
-
-
-def _rebuilt(kind: type, problems: list[InputProblem]) -> InputError:
-    error = kind.__new__(kind)
-    InputError.__init__(error, problems)
-    return error

@@ -23,8 +23,6 @@ from tunebench.api.checks import checked_field, field_problems, raise_problems
 from tunebench.api.words import api_words
 from tunebench.bounds import COUNT, Range
 from tunebench.errors import InputError, InputProblem
-from tunebench.execution.preload import call_in_server
-from tunebench.experiment.arguments import training_fields, use_training_fields
 from tunebench.experiment.spec import ExperimentSpec, FrameworkConfig
 from tunebench.matrix.expansion import Matrices, expand
 from tunebench.matrix.fms_configs import fms_framework_configs
@@ -37,7 +35,7 @@ from tunebench.matrix.inputs import (
     parse_scenarios,
 )
 from tunebench.matrix.narrowing import missed_gpu_counts, say_once
-from tunebench.matrix.validation import Sources, checked
+from tunebench.matrix.validation import Sources, validate
 from tunebench.telemetry.gpus import query_gpus, usable_gpus
 from tunebench.vocabulary import Device
 
@@ -274,18 +272,9 @@ def _experiments(options: MatrixOptions, inputs: MatrixInputs, scenario_file: Sc
         ("packing", "--packing_matrix", options.packing)) if values}
     sources = Sources(defaults, inputs.defaults_path, {s.name: s.arguments for s in selected}, source,
                       scenario_file.data_processing, inputs.framework_configs_path, matrix_options)
-    # In a fork of the preload server where the command line spawned one: it has TRL imported, and the harness
-    # then never imports it (issue AE); in this process otherwise.
-    experiments, found, lines, fields = call_in_server(_checked, experiments, sources, bool(inputs.gpus))
-    use_training_fields(fields)
-    say_once(lines)
+    experiments, found = validate(experiments, sources, cuda_here=bool(inputs.gpus))
     problems += found
     return experiments
-
-
-def _checked(experiments: list[ExperimentSpec], sources: Sources, cuda_here: bool) -> tuple:
-    """The matrix's checks (validation.checked) and the training group's fields, which the harness reads later."""
-    return (*checked(experiments, sources, cuda_here), training_fields())
 
 
 def _selected(scenarios: list, options: MatrixOptions, scenarios_path: str, problems: list[InputProblem]) -> list:

@@ -124,17 +124,15 @@ def prepare(matrix: Matrix, settings: RunSettings) -> dict[str, dict[str, Any]]:
     """Before anything launches: models and hub data resolve, data is preprocessed once, and (with plan or
     skip_predicted_oom) every experiment's prediction; InputError when something does not."""
     from tunebench.execution.hub_access import matrix_problems
-    from tunebench.execution.preload import call_in_server
     from tunebench.execution.preparation import preload_models, preprocess_data
 
     if not settings.dry_run or settings.preload_models or settings.plan or settings.skip_predicted_oom:
         if problems := matrix_problems(matrix.experiments, data=not (settings.dry_run or not settings.data_processing)):
             raise InputError(problems)
-    # In a fork of the preload server where the command line spawned one (tokenizers import transformers; issue AE)
     if settings.preload_models:
-        call_in_server(preload_models, matrix.experiments)
+        preload_models(matrix.experiments)
     if not settings.dry_run:
-        call_in_server(preprocess_data, matrix.experiments, settings.data_processing)
+        preprocess_data(matrix.experiments, build=settings.data_processing)
     if not (settings.plan or settings.skip_predicted_oom):
         return {}
     from tunebench.api.planning import predictions

@@ -59,21 +59,19 @@ def _checked_run(options, planning_only: bool) -> int:
     return run(options)
 
 
-def _spawn_preload_server(options) -> bool:
+def _spawn_preload_server(options) -> None:
     """A local run that will fork experiments spawns the preload server first: its imports (5-15 s) then overlap the
-    harness's own reading of the inputs, whose checks against TRL then run in its forks (issue AE). On the CPU the
-    server's OpenMP threads sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it for a CPU matrix):
-    its forks inherit them. Whether it spawned one."""
+    harness's own reading of the inputs, which imports TRL too (issue AE). On the CPU the server's OpenMP threads
+    sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it for a CPU matrix): its forks inherit them."""
     if options.dry_run or options.no_preload or options.executor != "local" or options.launcher not in (
             None, "forkserver"):
-        return False
-    from tunebench.execution import preload
+        return
     from tunebench.execution.launchers.base import CPU_WAIT_POLICY
+    from tunebench.execution.preload import spawn
 
     if _on_the_cpu(options.device):
         os.environ.setdefault("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
-    preload.spawn()
-    return True
+    spawn()
 
 
 def _on_the_cpu(device: str) -> bool:
@@ -100,12 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = contextlib.nullcontext() if options.dry_run or planning_only else Guardian()
     try:
         with watchdog:
-            if planning_only or not _spawn_preload_server(options):
-                return _checked_run(options, planning_only)
-            from tunebench.execution.preload import answering_calls
-
-            with answering_calls():  # the checks of the inputs and the data's tokenisation run in the server's forks
-                return _checked_run(options, planning_only)
+            if not planning_only:
+                _spawn_preload_server(options)
+            return _checked_run(options, planning_only)
     except PluginError as exc:  # a plugin that failed in use: the run stopped there
         print(f"tunebench: {exc.problems[0]}; the run stopped (the CSVs hold every experiment on disk)",
               file=sys.stderr)

@@ -9,20 +9,16 @@ server, so every fork starts with a clean device and the CUDA_VISIBLE_DEVICES it
 
 Multi-process experiments keep their launcher (torchrun / accelerate launch starts its own processes).
 
-The command line spawns the server as a run begins (`spawn`), before it reads the inputs, and while the command runs
-(`answering_calls`) the checks of the inputs against TRL's argument classes and the data's tokenisation run in forks
-of it (`call_in_server`): the harness process itself never imports torch, transformers or TRL, which cost it 5-8 s of
-start-up and as much CPU again beside the server's own imports (issue AE). A run whose input is refused stops the
-server with the rest.
+The command line spawns the server as a run begins (`spawn`), before it reads the inputs: validating them imports
+TRL in the harness too (5-8 s on 2 cores), and the server's own imports run beside that instead of after it; the
+first experiment waits only for what is left (issue AE). A run whose input is refused stops it with the rest.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import time
@@ -39,8 +35,6 @@ NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start
 
 
 _spawned_at: float | None = None  # when this process's server was spawned (monotonic), if it was
-_waited_in_calls = 0.0  # how long `call_in_server` waited for the server's imports (seconds), before any experiment
-_answering = False  # whether `call_in_server` forks now (`answering_calls`: during the command that spawned it)
 
 
 def _context():
@@ -69,79 +63,6 @@ def spawned_early() -> bool:
     return _spawned_at is not None
 
 
-@contextlib.contextmanager
-def answering_calls():
-    """While it is open, `call_in_server` runs its calls in forks of the server spawned early; before and after, in
-    this process. One command's span: a process that runs commands in turn (a test session, a notebook) keeps its
-    server, but a later command's checks must see that process as it is then (its patches, its modules)."""
-    global _answering
-    previous, _answering = _answering, True
-    try:
-        yield
-    finally:
-        _answering = previous
-
-
-def call_in_server(function, *args):
-    """function(*args) in a fork of the server spawned early, which has imported torch, transformers and TRL: the
-    harness checks its inputs against TRL's argument classes without importing them itself (5-15 s of its start-up,
-    and as much CPU beside the server's own imports, issue AE). The fork takes this process's environment and working
-    directory; its result (or exception) comes back pickled. In this process when no server was spawned early, or
-    when the fork died without an answer or the call does not pickle (said, then done here)."""
-    global _waited_in_calls
-    if _spawned_at is None or not _answering:
-        return function(*args)
-    context = _context()
-    receiving, sending = context.Pipe(duplex=False)
-    from multiprocessing import forkserver
-
-    asked = time.monotonic()
-    forkserver.ensure_running()
-    server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    process = context.Process(target=_answer, args=(sending, function, args, dict(os.environ), os.getcwd(),
-                                                    server_pid), daemon=False, name=f"{PRELOADED_PROCESS_NAME}-call")
-    try:
-        process.start()
-    except (AttributeError, TypeError, pickle.PicklingError) as exc:  # a local function, an open file: not picklable
-        sending.close()
-        receiving.close()
-        logger.info("%s cannot go to the preload server (%s): running it in the harness",
-                    getattr(function, "__name__", function), exc)
-        return function(*args)
-    sending.close()
-    try:
-        started, failed, result = receiving.recv()
-    except EOFError:  # it died without answering (killed, out of memory): the answer is worked out here instead
-        process.join()
-        logger.warning("the preload server's fork for %s ended without an answer (exit %s): running it in the "
-                       "harness", getattr(function, "__name__", function), process.exitcode)
-        return function(*args)
-    finally:
-        receiving.close()
-    process.join()
-    _waited_in_calls += max(0.0, started - asked)  # the fork starts once the server's imports are done
-    if failed:
-        raise result
-    return result
-
-
-def _answer(sending, function, args, env: dict[str, str], cwd: str, server_pid: int | None) -> None:
-    die_with_parent(expected_parent=server_pid)
-    started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    try:
-        answer = (started, False, function(*args))
-    except Exception as exc:  # pickled back and raised in the harness, as if the call had been made there
-        answer = (started, True, exc)
-    try:
-        sending.send(answer)
-    except Exception:  # an answer that does not pickle: the harness works it out itself
-        os._exit(1)
-    sending.close()
-
-
 class PreloadServer:
     """The run's preload server: started (its imports paid) once by `warm`, then every `start` is a fork of it.
 
@@ -167,8 +88,7 @@ class PreloadServer:
             process = self._server().Process(target=_noop, daemon=False, name=f"{PRELOADED_PROCESS_NAME}-warm")
             process.start()
             process.join()
-            # what the harness's checks already waited for the server (call_in_server) is part of the run's wait
-            self.warm_seconds = time.monotonic() - started + _waited_in_calls
+            self.warm_seconds = time.monotonic() - started
             if _spawned_at is not None and _spawned_at < started:
                 logger.info("the preload server was spawned %.1f s before the first experiment needed it",
                             started - _spawned_at)

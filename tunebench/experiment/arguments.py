@@ -8,7 +8,6 @@ against them before anything runs, and the argument reference page (docs/referen
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import logging
@@ -167,49 +166,9 @@ def group_value(group: str, values: Mapping[str, Any] | Any, key: str) -> Any:
     given = values if isinstance(values, Mapping) else vars(values)
     if key in given:
         return given[key]
-    if group not in ENTRY_GROUPS:
-        return copy.deepcopy(training_defaults()[key])  # a fresh list or dict, as a default_factory gives
-    default = next(f for f in dataclasses.fields(ENTRY_GROUPS[group]) if f.name == key)
+    kind = ENTRY_GROUPS.get(group) or training_class()
+    default = next(f for f in dataclasses.fields(kind) if f.name == key)
     return default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
-
-
-@dataclass(frozen=True)
-class TrainingFields:
-    """What the harness reads of the training group's class (TRL's SFTConfig): each field's default, and the fields
-    that take a mapping (`_VALID_DICT_FIELDS`)."""
-
-    defaults: dict[str, Any]
-    mapping_fields: tuple[str, ...]
-
-
-_given_training_fields: TrainingFields | None = None  # as a fork of the preload server read them
-
-
-def training_fields() -> TrainingFields:
-    """The training group's fields: read from TRL's SFTConfig here, or as a fork of the preload server read them
-    (`use_training_fields`), so that the harness can look a default up without importing TRL (issue AE)."""
-    return _given_training_fields or _read_training_fields()
-
-
-def training_defaults() -> dict[str, Any]:
-    """{field: default} of the training group (fields without a default left out)."""
-    return training_fields().defaults
-
-
-@functools.lru_cache(maxsize=1)
-def _read_training_fields() -> TrainingFields:
-    kind = training_class()
-    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                for f in dataclasses.fields(kind)
-                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    return TrainingFields(defaults, tuple(getattr(kind, "_VALID_DICT_FIELDS", ())))
-
-
-def use_training_fields(fields: TrainingFields) -> None:
-    """Take the training group's fields as read by another process of this installation (the preload server's fork:
-    the same interpreter and packages)."""
-    global _given_training_fields
-    _given_training_fields = fields
 
 
 def parse_memory_logging(value: str) -> set[str]:

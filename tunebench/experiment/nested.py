@@ -36,11 +36,12 @@ def _fix(key: str) -> str:
     return f"{example}, or the path of an existing .json file" if key in PATH_FIELDS else example
 
 
+@functools.lru_cache(maxsize=1)
 def nested_fields() -> tuple[str, ...]:
     """The training fields that take a mapping, as this transformers and TRL declare them (`_VALID_DICT_FIELDS`)."""
-    from tunebench.experiment.arguments import training_fields
+    from tunebench.experiment.arguments import training_class
 
-    return training_fields().mapping_fields
+    return tuple(getattr(training_class(), "_VALID_DICT_FIELDS", ()))
 
 
 @functools.lru_cache(maxsize=1)

@@ -175,15 +175,6 @@ def _experiment_problems(experiment: ExperimentSpec, known: set[str], sources: S
 def validate(experiments: list[ExperimentSpec], sources: Sources,
              cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
     """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
-    typed_specs, problems, lines = checked(experiments, sources, cuda_here)
-    say_once(lines)  # what the run would drop or change, a line per scenario and key
-    return typed_specs, problems
-
-
-def checked(experiments: list[ExperimentSpec], sources: Sources,
-            cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem], list[str]]:
-    """`validate`'s answer, and the lines it would say, said by none: what a fork of the preload server returns to
-    the harness (tunebench.execution.preload.call_in_server), which says them."""
     known = entry_parser().known_keys()
     seen, problems, typed_specs, lines = set(), [], [], []
     _probe_fms(experiments)
@@ -196,7 +187,8 @@ def checked(experiments: list[ExperimentSpec], sources: Sources,
                 problems.append(problem)
         if not found:
             typed_specs.append(spec)
-    return typed_specs, problems, lines
+    say_once(lines)  # what the run would drop or change, a line per scenario and key
+    return typed_specs, problems
 
 
 def _probe_fms(experiments: list[ExperimentSpec]) -> None:

@@ -112,29 +112,3 @@ def test_a_default_experiment_prints_no_deprecation_warning(tmp_path):
         text = stderr.read_text()
         assert "FutureWarning" not in text and "DeprecationWarning" not in text, (stderr, text[-3000:])
     assert "FutureWarning" not in proc.stderr and "DeprecationWarning" not in proc.stderr
-
-
-def test_the_training_defaults_a_fork_reads_are_the_harness_s_own(monkeypatch):
-    """A fork of the preload server hands the harness SFTConfig's defaults (issue AE: the harness imports no TRL):
-    pickled and given back, every default a spec falls back to is the value SFTConfig itself has, and a mutable one
-    is a fresh copy each time, as a default_factory gives."""
-    import dataclasses
-    import pickle
-
-    from trl import SFTConfig
-
-    from tunebench.experiment import arguments
-
-    fields = pickle.loads(pickle.dumps(arguments._read_training_fields()))
-    monkeypatch.setattr(arguments, "_given_training_fields", None)
-    arguments.use_training_fields(fields)
-    declared = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                for f in dataclasses.fields(SFTConfig)}
-    assert {k: v for k, v in declared.items() if v is not dataclasses.MISSING} == fields.defaults
-    for key, value in declared.items():
-        if value is not dataclasses.MISSING:
-            assert arguments.group_value("training", {}, key) == value, key
-    assert fields.mapping_fields == tuple(SFTConfig._VALID_DICT_FIELDS) and "fsdp_config" in fields.mapping_fields
-    listed = next(k for k, v in fields.defaults.items() if isinstance(v, list))
-    arguments.group_value("training", {}, listed).append("changed")
-    assert "changed" not in arguments.group_value("training", {}, listed)

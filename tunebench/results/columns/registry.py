@@ -185,8 +185,8 @@ REGISTRY: tuple[Column, ...] = (
     _m("experiment_wall_seconds", "s", LOWER, "startup", S_START, "whole subprocess, spawn to exit"),
     _m("startup_preload_seconds", "s", None, "startup", S_START,
        "preloaded experiments: how long the run waited for its preload server's one-time imports (not in "
-       "startup_seconds), at the checks of the inputs (they run in its forks) or at the first experiment; the "
-       "command line spawns the server as a run begins, so this is what the harness's own start-up did not hide"),
+       "startup_seconds); the command line spawns the server as a run begins, so this is what its reading of the "
+       "inputs did not hide"),
     _m("entry_wall_seconds", "s", LOWER, "startup", S_START, "training entry: arguments parsed → results written"),
     # ---------------------------------------------------------------- memory (harness)
     _m("mem_peak_host_rss_bytes", "bytes", LOWER, "memory", S_MEM,
