@@ -29,7 +29,6 @@ nothing the session started outlives it. Exit 0 when every command that ran exit
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import re
 import shlex
@@ -196,15 +195,23 @@ def isolated(command: list[str]) -> list[str]:
     return [*wrap, *command] if usable else command
 
 
-def take_turn() -> int:
-    """Wait for any other README check on this machine to finish; the lock goes with this process."""
-    lock = os.open(os.path.join(tempfile.gettempdir(), "tunebench-readme-check.lock"), os.O_RDWR | os.O_CREAT)
+def take_turn() -> None:
+    """Wait for any other README check on this machine to finish; the lock is held until this process ends."""
+    global _turn
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        from filelock import FileLock, Timeout  # tox's own dependency: CI installs tox first (.ci/run)
+    except ImportError:
+        sys.exit("README check: needs filelock, which tox installs (python3 -m pip install tox)")
+
+    _turn = FileLock(os.path.join(tempfile.gettempdir(), "tunebench-readme-check.lock"))
+    try:
+        _turn.acquire(blocking=False)
+    except Timeout:
         print("README check: another one runs on this machine; waiting for it", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-    return lock
+        _turn.acquire()
+
+
+_turn = None  # the README check's turn on this machine (take_turn), kept for the life of the process
 
 
 def stop_ray(repo_copy: Path, env: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 from tests.fixtures.harness import REPO
@@ -24,20 +25,13 @@ MARK = "TUNEBENCH_TEST_STOPPED_RUN"
 def _holders(marker: str) -> dict[int, str]:
     """pid -> command line of every live process whose environment holds `marker`."""
     found = {}
-    needle = f"{MARK}={marker}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for process in psutil.process_iter(["pid", "status"]):
+        if process.info["pid"] == os.getpid() or process.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if needle not in handle.read():
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                if handle.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                found[int(entry)] = handle.read().replace(b"\0", b" ").decode(errors="replace")[:200]
-        except OSError:
+            if process.environ().get(MARK) == marker:
+                found[process.info["pid"]] = " ".join(process.cmdline())[:200]
+        except psutil.Error:  # gone meanwhile, or not ours to read
             continue
     return found
 
