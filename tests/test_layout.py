@@ -352,6 +352,7 @@ SUPPORT_FOLDERS = {"fixtures": "shared helpers", "data": "files tests read", "fa
 ROOT_TESTS = {"test_layout.py": "the house rules of the whole repository",
               "test_doc_commands.py": "the commands of README.md and the docs pages, read statically",
               "test_suite_cleanup.py": "the suite's own watchdog (tests/conftest.py)",
+              "test_worker_groups.py": "the suite's worker groups (tests/fixtures/parallel.py)",
               "test_packaging.py": "the wheel the repository builds",
               "test_benchmark_py.py": "benchmark.py, the entry point, as a process"}
 
