@@ -27,13 +27,14 @@ def _gpus_visible() -> bool:
         return True
 
 
+_held = False  # bitsandbytes held deferred in this process
 if importlib.util.find_spec("bitsandbytes") is not None and _gpus_visible():
     from tunebench.experiment.deferred_module import defer
 
     # Not torch.compile's modules either, although bitsandbytes imports them (a lazy torch.compile wrapper of its
     # kernels) and they are most of its import on the CPU: importing them here made every fork unusable for CUDA on
     # an H200 (each experiment fell back to a new interpreter: docs/evidence/matrix-wall-h200.md, call E).
-    defer("bitsandbytes")
+    _held = defer("bitsandbytes")
 
 import peft  # noqa: E402, F401
 from trl import SFTTrainer  # noqa: E402, F401
@@ -41,3 +42,8 @@ from trl import SFTTrainer  # noqa: E402, F401
 import scanner.callback  # noqa: E402, F401
 import tunebench.experiment.train  # noqa: E402, F401
 import tunebench.experiment.trainer  # noqa: E402, F401
+
+if _held:  # a LoRA experiment that quantizes nothing then never imports bitsandbytes (peft_bitsandbytes.py)
+    from tunebench.experiment.peft_bitsandbytes import answer_from_the_version
+
+    answer_from_the_version()
