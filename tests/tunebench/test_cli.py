@@ -54,3 +54,21 @@ def test_auto_without_nvidia_smi_is_the_cpu(spawns, monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY")
     cli._spawn_preload_server(build_parser("benchmark.py").parse_args([]))
     assert spawns == ["PASSIVE", None]
+
+
+@pytest.mark.parametrize("argv", [["--results_output_path", "/"], ["--timeout", "-5"], ["--repeats", "0"],
+                                  ["--results_output_path", "{folder}/a-file"], ["--results_output_path", "{folder}"]])
+def test_a_run_its_command_line_refuses_on_sight_spawns_no_server(spawns, tmp_path, argv):
+    """The full check will stop it (tested with every problem in test_parsing_hostile.py): no stack imported for it."""
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "notes.txt").write_text("a folder tunebench did not write")
+    cli._spawn_preload_server(build_parser("benchmark.py").parse_args(
+        [*(a.format(folder=tmp_path) for a in argv), "--device", "cpu"]))
+    assert spawns == []
+
+
+def test_a_run_whose_folder_is_new_or_its_own_spawns_the_server(spawns, tmp_path):
+    for folder in (tmp_path / "new", tmp_path / "new" / "deeper"):
+        cli._spawn_preload_server(build_parser("benchmark.py").parse_args(
+            ["--results_output_path", str(folder), "--device", "cpu"]))
+    assert spawns == ["PASSIVE", "PASSIVE"]

@@ -64,7 +64,7 @@ def _spawn_preload_server(options) -> None:
     harness's own reading of the inputs, which imports TRL too (issue AE). On the CPU the server's OpenMP threads
     sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it for a CPU matrix): its forks inherit them."""
     if options.dry_run or options.no_preload or options.executor != "local" or options.launcher not in (
-            None, "forkserver"):
+            None, "forkserver") or _refused_on_sight(options):
         return
     from tunebench.execution.launchers.base import CPU_WAIT_POLICY
     from tunebench.execution.preload import spawn
@@ -72,6 +72,20 @@ def _spawn_preload_server(options) -> None:
     if _on_the_cpu(options.device):
         os.environ.setdefault("OMP_WAIT_POLICY", CPU_WAIT_POLICY)
     spawn()
+
+
+def _refused_on_sight(options) -> bool:
+    """Whether the checks that need no library already refuse the run (its results folder, its numeric options): the
+    full check then stops it with every problem, and a server spawned for it would import the stack for nothing
+    (5-15 s of CPU). Never raises: a check that cannot tell leaves the decision to the full check."""
+    from tunebench.cli.options import OPTION_RANGES
+    from tunebench.cli.parsing import option_problems
+    from tunebench.results import folder as results_folder
+
+    try:
+        return bool(results_folder.check(options.results_output_path) or option_problems(options, OPTION_RANGES))
+    except Exception:  # noqa: BLE001 - the full check reports it, with the rest
+        return False
 
 
 def _on_the_cpu(device: str) -> bool:

@@ -11,7 +11,8 @@ Multi-process experiments keep their launcher (torchrun / accelerate launch star
 
 The command line spawns the server as a run begins (`spawn`), before it reads the inputs: validating them imports
 TRL in the harness too (5-8 s on 2 cores), and the server's own imports run beside that instead of after it; the
-first experiment waits only for what is left (issue AE). A run whose input is refused stops it with the rest.
+first experiment waits only for what is left (issue AE). A run whose input is refused stops it with the rest;
+one whose command line is refused on sight (its results folder, its numeric options) spawns none.
 """
 
 from __future__ import annotations
