@@ -44,9 +44,11 @@ def answer_from_the_version() -> int:
     is_bnb_4bit_available.__wrapped_by_tunebench__ = True
     is_bnb_4bit_available.cache_clear = getattr(original, "cache_clear", lambda: None)
     replaced = 0
-    for module in list(sys.modules.values()):
-        # vars(), not getattr(): a lazy module's (or the deferred placeholder's) __getattr__ would import what it holds
-        if module is not None and vars(module).get("is_bnb_4bit_available") is original:
+    for name, module in list(sys.modules.items()):
+        # PEFT's own modules only, read through __dict__: another module's __getattr__ (a lazy module, the deferred
+        # placeholder itself) could import what it holds
+        if (name == "peft" or name.startswith("peft.")) and \
+                getattr(module, "__dict__", {}).get("is_bnb_4bit_available") is original:
             module.is_bnb_4bit_available = is_bnb_4bit_available
             replaced += 1
     return replaced

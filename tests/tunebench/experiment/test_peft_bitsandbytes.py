@@ -14,8 +14,6 @@ import pytest
 from tests.fixtures.harness import REPO
 from tunebench.experiment.peft_bitsandbytes import has_linear4bit
 
-pytest.importorskip("bitsandbytes")
-
 
 @pytest.mark.parametrize(("version", "has"), [("0.38.1", False), ("0.39.0", True), ("0.50.2", True),
                                               ("1.0.0", True), ("0.49.0.dev0", True)])
@@ -60,6 +58,7 @@ def _wrap(case: str, folder) -> dict:
 
 @pytest.mark.slow  # two interpreters importing the stack
 def test_a_lora_wrap_of_an_unquantized_model_leaves_bitsandbytes_unimported(tmp_path):
+    pytest.importorskip("bitsandbytes")
     held = _wrap("held", tmp_path / "held")  # PEFT's own check: the wrap imports bitsandbytes
     assert held["loaded_after_plain"] is True
     answered = _wrap("answered", tmp_path / "answered")
