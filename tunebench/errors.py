@@ -23,3 +23,14 @@ class InputError(Exception):
     def __init__(self, problems: list[InputProblem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+    def __reduce__(self):
+        # It crosses processes (a fork of the preload server checks the inputs): rebuilt with its class and its
+        # problems, whatever a subclass's own __init__ takes.
+        return _input_error_of, (type(self), self.problems), self.__dict__
+
+
+def _input_error_of(kind: type[InputError], problems: list[InputProblem]) -> InputError:
+    error = kind.__new__(kind)
+    InputError.__init__(error, problems)
+    return error

@@ -17,27 +17,29 @@ def run_script(*args, **env) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
-@pytest.mark.parametrize("target", ["/", str(REPO), os.path.expanduser("~"), str(REPO.parent)])
-def test_refuses_dangerous_result_dirs(target):
-    proc = run_script("1", "", target, DRY_RUN="false")
+def test_refuses_a_dangerous_result_dir():
+    """The script hands its RESULT_DIR to benchmark.py and passes its refusal on. Which folders are refused (/, the
+    repository, home and its ancestors) is the harness's check, tested in process: tests/tunebench/results/
+    test_folder.py::test_paths_that_are_never_results_folders."""
+    proc = run_script("1", "", "/", DRY_RUN="false")
     assert proc.returncode == 2 and "--results_output_path" in proc.stderr and "Traceback" not in proc.stderr
     assert (REPO / "README.md").is_file()
 
 
 @pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
-@pytest.mark.parametrize("flags", [{}, {"NO_OVERWRITE": "true"}, {"DRY_RUN": "true"}])
-def test_a_dry_run_then_a_run_never_delete_a_folder_it_did_not_create(tmp_path, flags):
-    # Issue J's repro: the dry run used to drop its marker into any folder, and the next run rm -rf'ed it.
+def test_a_dry_run_then_a_run_never_delete_a_folder_it_did_not_create(tmp_path):
+    # Issue J's repro: the dry run used to drop its marker into any folder, and the next run rm -rf'ed it. After the
+    # dry run, a run with each of the script's ways to write (--overwrite by default, NO_OVERWRITE's resume).
     options = write_inputs(tmp_path, [tiny_scenario("alpha")])
     foreign = tmp_path / "F"
     (foreign / "sub").mkdir(parents=True)
     (foreign / "keep.txt").write_text("keep")
-    dry = run_script("1", "", foreign, options[1], "", DRY_RUN="true")
-    real = run_script("1", "", foreign, options[1], "", **flags)
-    for proc in (dry, real):
-        assert proc.returncode == 2 and "holds files tunebench did not write" in proc.stderr, proc.stderr[-2000:]
-    assert (foreign / "keep.txt").read_text() == "keep" and (foreign / "sub").is_dir()
-    assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt", "sub"]  # not even a marker
+    for flags in ({"DRY_RUN": "true"}, {}, {"NO_OVERWRITE": "true"}):
+        proc = run_script("1", "", foreign, options[1], "", **flags)
+        assert proc.returncode == 2 and "holds files tunebench did not write" in proc.stderr, (flags,
+                                                                                               proc.stderr[-2000:])
+        assert (foreign / "keep.txt").read_text() == "keep" and (foreign / "sub").is_dir()
+        assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt", "sub"]  # not even a marker
 
 
 @pytest.mark.slow  # over 8 s: the submission tier, not the unit tier (issue AC)
@@ -45,9 +47,9 @@ def test_an_ancestor_of_home_is_refused_and_nothing_is_deleted(tmp_path):
     home = tmp_path / "home" / "me"
     home.mkdir(parents=True)
     (home / "thesis.tex").write_text("precious")
-    for target in (tmp_path / "home", home):
-        proc = run_script("1", "", target, HOME=str(home))
-        assert proc.returncode == 2 and "home directory" in proc.stderr
+    # home itself is refused too: tests/tunebench/results/test_folder.py::test_paths_that_are_never_results_folders
+    proc = run_script("1", "", tmp_path / "home", HOME=str(home))
+    assert proc.returncode == 2 and "home directory" in proc.stderr
     assert (home / "thesis.tex").read_text() == "precious"
 
 

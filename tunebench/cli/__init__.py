@@ -61,8 +61,9 @@ def _checked_run(options, planning_only: bool) -> int:
 
 def _spawn_preload_server(options) -> None:
     """A local run that will fork experiments spawns the preload server first: its imports (5-15 s) then overlap the
-    harness's own reading of the inputs, which imports TRL too (issue AE). On the CPU the server's OpenMP threads
-    sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it for a CPU matrix): its forks inherit them."""
+    harness's own reading of the inputs, and the harness types the matrix in a fork of it rather than import TRL.
+    On the CPU the server's OpenMP threads sleep at barriers (OMP_WAIT_POLICY, as tunebench.api.running sets it
+    for a CPU matrix): its forks inherit them."""
     if options.dry_run or options.no_preload or options.executor != "local" or options.launcher not in (
             None, "forkserver") or _refused_on_sight(options):
         return

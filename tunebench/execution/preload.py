@@ -9,10 +9,10 @@ server, so every fork starts with a clean device and the CUDA_VISIBLE_DEVICES it
 
 Multi-process experiments keep their launcher (torchrun / accelerate launch starts its own processes).
 
-The command line spawns the server as a run begins (`spawn`), before it reads the inputs: validating them imports
-TRL in the harness too (5-8 s on 2 cores), and the server's own imports run beside that instead of after it; the
-first experiment waits only for what is left (issue AE). A run whose input is refused stops it with the rest;
-one whose command line is refused on sight (its results folder, its numeric options) spawns none.
+The command line spawns the server as a run begins (`spawn`), before it reads the inputs, and the harness checks
+its matrix and tokenises its data in forks of it (server_call.py): it never imports the training stack itself (it
+once did, 6-10 s of CPU a run beside the server's own import of it). A run whose input is refused stops the server
+with the rest; one whose command line is refused on sight (its results folder, its numeric options) spawns none.
 """
 
 from __future__ import annotations
@@ -64,6 +64,19 @@ def spawned_early() -> bool:
     return _spawned_at is not None
 
 
+def context():
+    """The forkserver context of this process's server (its preload list set)."""
+    return _context()
+
+
+def running_server_pid() -> int | None:
+    """The pid of this process's server, started now if it is not running: the parent its forks check for."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 class PreloadServer:
     """The run's preload server: started (its imports paid) once by `warm`, then every `start` is a fork of it.
 
@@ -98,10 +111,7 @@ class PreloadServer:
     def start(self, argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str):
         """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
         context = self._server()
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-        server_pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the fork's parent-to-be
+        server_pid = running_server_pid()  # the fork's parent-to-be
         process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
                                   daemon=False, name=f"{PRELOADED_PROCESS_NAME}-experiment")
         process.start()

@@ -28,11 +28,23 @@ def preload_models(experiments: list[ExperimentSpec]) -> None:
 
 
 def preprocess_data(experiments: list[ExperimentSpec], build: bool = True) -> None:
-    """Tokenise each distinct (dataset, tokenizer, template) once, in this process, before any launch.
+    """Tokenise each distinct (dataset, tokenizer, template) once, before any launch: in a fork of the run's preload
+    server where there is one (it imported transformers and datasets already), else in this process.
 
     With `build=False` (`--no_data_processing`) nothing is built: a missing cache entry is an input error,
     reported before anything launches.
     """
+    from tunebench.execution import server_call
+
+    if server_call.serves("transformers"):
+        try:
+            return server_call.call(_preprocess, experiments, build)
+        except server_call.ServerUnavailable as exc:
+            logger.warning("preprocessing the data here instead: %s", exc)
+    return _preprocess(experiments, build)
+
+
+def _preprocess(experiments: list[ExperimentSpec], build: bool) -> None:
     from tunebench.experiment.data import cache_key, default_cache_dir, prepare_dataset
     from tunebench.experiment.models import build_tokenizer
 

@@ -8,6 +8,7 @@ against them before anything runs, and the argument reference page (docs/referen
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -166,8 +167,9 @@ def group_value(group: str, values: Mapping[str, Any] | Any, key: str) -> Any:
     given = values if isinstance(values, Mapping) else vars(values)
     if key in given:
         return given[key]
-    kind = ENTRY_GROUPS.get(group) or training_class()
-    default = next(f for f in dataclasses.fields(kind) if f.name == key)
+    if group not in ENTRY_GROUPS:
+        return copy.deepcopy(training_fields().defaults[key])
+    default = next(f for f in dataclasses.fields(ENTRY_GROUPS[group]) if f.name == key)
     return default.default_factory() if default.default_factory is not dataclasses.MISSING else default.default
 
 
@@ -180,6 +182,40 @@ def parse_memory_logging(value: str) -> set[str]:
     if "all" in modes:
         return {"scanner", "huggingface", "nvidia"}
     return modes - {"none"}
+
+
+@dataclass(frozen=True)
+class TrainingFields:
+    """What the harness reads of the training group's class once the experiments are typed: each field's default
+    and the fields that take a mapping. Made where TRL is imported; a run's harness gets it from the preload
+    server's fork that typed the matrix (tunebench.matrix.validation), and so never imports TRL itself."""
+
+    defaults: dict[str, Any]
+    mapping_fields: tuple[str, ...]
+
+
+_handed_over: TrainingFields | None = None
+
+
+def training_fields() -> TrainingFields:
+    """The training group's fields: those handed over by a process that imported TRL, else read from the class."""
+    return _handed_over if _handed_over is not None else _fields_of_the_class()
+
+
+def hand_over(fields: TrainingFields | None) -> None:
+    """Take the training group's fields from a process of the same installation that imported TRL (None: read them
+    from the class again)."""
+    global _handed_over
+    _handed_over = fields
+
+
+@functools.lru_cache(maxsize=1)
+def _fields_of_the_class() -> TrainingFields:
+    kind = training_class()
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(kind)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    return TrainingFields(defaults, tuple(getattr(kind, "_VALID_DICT_FIELDS", ())))
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,7 +16,7 @@ import json
 import logging
 from typing import Any
 
-from tunebench.experiment.arguments import ENTRY_GROUPS, training_class
+from tunebench.experiment.arguments import ENTRY_GROUPS, training_class, training_fields
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def checkpointing_renames() -> dict[str, str]:
     """transformers >= 5.2x renamed `gradient_checkpointing*` to `activation_checkpointing*` and warns on the old
     names (TRL's SFTConfig sets the old one by default, so every run warned). Users keep writing the familiar
     name; the harness passes it on under the name this transformers reads. {} on older versions."""
-    names = {f.name for f in dataclasses.fields(training_class())}
+    names = training_fields().defaults.keys()
     if "activation_checkpointing" not in names:
         return {}
     return {"gradient_checkpointing": "activation_checkpointing",
@@ -77,8 +77,7 @@ def checkpointing_on(training: dict[str, Any]) -> bool:
     for name in ("activation_checkpointing", "gradient_checkpointing"):
         if training.get(name) is not None:
             return bool(training[name])
-    default = {f.name: f.default for f in dataclasses.fields(training_class())}["gradient_checkpointing"]
-    return bool(default)
+    return bool(training_fields().defaults["gradient_checkpointing"])
 
 
 class EntryParser:

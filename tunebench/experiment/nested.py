@@ -39,9 +39,9 @@ def _fix(key: str) -> str:
 @functools.lru_cache(maxsize=1)
 def nested_fields() -> tuple[str, ...]:
     """The training fields that take a mapping, as this transformers and TRL declare them (`_VALID_DICT_FIELDS`)."""
-    from tunebench.experiment.arguments import training_class
+    from tunebench.experiment.arguments import training_fields
 
-    return tuple(getattr(training_class(), "_VALID_DICT_FIELDS", ()))
+    return training_fields().mapping_fields
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from tunebench.errors import InputProblem
 from tunebench.experiment import acceleration
-from tunebench.experiment.arguments import ENTRY_GROUPS, parse_memory_logging
+from tunebench.experiment.arguments import (
+    ENTRY_GROUPS,
+    TrainingFields,
+    hand_over,
+    parse_memory_logging,
+    training_fields,
+)
 from tunebench.experiment.data import data_source_problem
 from tunebench.experiment.entry_parser import build_entry, checkpointing_renames, entry_parser
 from tunebench.experiment.model_config import config_problem
@@ -174,7 +181,45 @@ def _experiment_problems(experiment: ExperimentSpec, known: set[str], sources: S
 
 def validate(experiments: list[ExperimentSpec], sources: Sources,
              cuda_here: bool) -> tuple[list[ExperimentSpec], list[InputProblem]]:
-    """The experiments typed (each parsed once), and every problem of every experiment, each reported once."""
+    """The experiments typed (each parsed once), and every problem of every experiment, each reported once.
+
+    Typing them needs TRL's SFTConfig, whose import (transformers' trainer stack, PEFT, torch) is 6-10 s of CPU. A
+    run that spawned the preload server (which imports that stack anyway) types them in a fork of it, and this
+    process never imports the stack: the same code on the same installation, so the same answer."""
+    from tunebench.execution import server_call
+
+    if server_call.serves("trl"):
+        try:
+            checked = server_call.call(_checked, experiments, sources, cuda_here)
+        except server_call.ServerUnavailable as exc:
+            logger.warning("checking the inputs here instead: %s", exc)
+        else:
+            hand_over(checked.training_fields)
+            if checked.fms_facts:  # the run's skip reasons read them: not probed again here
+                from tunebench.experiment.fms import checks
+
+                checks.remember(checked.fms_facts)
+            say_once(checked.lines)
+            return checked.specs, checked.problems
+    checked = _checked(experiments, sources, cuda_here)
+    say_once(checked.lines)  # what the run would drop or change, a line per scenario and key
+    return checked.specs, checked.problems
+
+
+@dataclass
+class Checked:
+    """`validate`'s answer, as a fork of the preload server hands it over: the typed experiments, every problem, the
+    lines to say, and what the harness reads afterwards without TRL (the training group's fields, fms's facts)."""
+
+    specs: list[ExperimentSpec]
+    problems: list[InputProblem]
+    lines: list[str]
+    training_fields: TrainingFields
+    fms_facts: dict[str, dict[str, Any]]
+
+
+def _checked(experiments: list[ExperimentSpec], sources: Sources, cuda_here: bool) -> Checked:
+    """`validate`'s work, wherever it runs."""
     known = entry_parser().known_keys()
     seen, problems, typed_specs, lines = set(), [], [], []
     _probe_fms(experiments)
@@ -187,8 +232,8 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
                 problems.append(problem)
         if not found:
             typed_specs.append(spec)
-    say_once(lines)  # what the run would drop or change, a line per scenario and key
-    return typed_specs, problems
+    fms_checks = sys.modules.get("tunebench.experiment.fms.checks")  # imported only where the matrix asked fms
+    return Checked(typed_specs, problems, lines, training_fields(), fms_checks.known() if fms_checks else {})
 
 
 def _probe_fms(experiments: list[ExperimentSpec]) -> None:

@@ -38,6 +38,17 @@ def prefetch(bodies: list[str]) -> None:
         _FACTS[body] = facts
 
 
+def known() -> dict[str, dict[str, Any]]:
+    """Every body probed in this process, with its facts (for `remember` in another process of this machine)."""
+    return dict(_FACTS)
+
+
+def remember(found: dict[str, dict[str, Any]]) -> None:
+    """Take the facts another process of this machine probed (the preload server's fork that checked the matrix):
+    they are not probed again here."""
+    _FACTS.update(found)
+
+
 def facts(body: str) -> dict[str, Any]:
     """The probe's facts of one body (probing it now when no prefetch did)."""
     prefetch([body])
