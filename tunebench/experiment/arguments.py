@@ -186,12 +186,14 @@ def parse_memory_logging(value: str) -> set[str]:
 
 @dataclass(frozen=True)
 class TrainingFields:
-    """What the harness reads of the training group's class once the experiments are typed: each field's default
-    and the fields that take a mapping. Made where TRL is imported; a run's harness gets it from the preload
-    server's fork that typed the matrix (tunebench.matrix.validation), and so never imports TRL itself."""
+    """What the harness reads of the training group's class once the experiments are typed: each field's default,
+    the fields that take a mapping and the keys of one of them (accelerator_config, checked again in the rows on
+    disk as the CSVs are rebuilt). Made where TRL is imported; a run's harness gets it from the preload server's
+    fork that typed the matrix (tunebench.matrix.validation), and so never imports TRL or transformers itself."""
 
     defaults: dict[str, Any]
     mapping_fields: tuple[str, ...]
+    accelerator_keys: dict[str, bool]  # AcceleratorConfig's fields, each with whether it is a switch (true/false)
 
 
 _handed_over: TrainingFields | None = None
@@ -215,7 +217,10 @@ def _fields_of_the_class() -> TrainingFields:
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in dataclasses.fields(kind)
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    return TrainingFields(defaults, tuple(getattr(kind, "_VALID_DICT_FIELDS", ())))
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    switches = {f.name: str(f.type) in ("bool", "<class 'bool'>") for f in dataclasses.fields(AcceleratorConfig)}
+    return TrainingFields(defaults, tuple(getattr(kind, "_VALID_DICT_FIELDS", ())), switches)
 
 
 @functools.lru_cache(maxsize=1)

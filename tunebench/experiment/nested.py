@@ -8,7 +8,6 @@ few as the path of a JSON file. Anything else they refuse late and in their word
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -44,12 +43,11 @@ def nested_fields() -> tuple[str, ...]:
     return training_fields().mapping_fields
 
 
-@functools.lru_cache(maxsize=1)
 def accelerator_keys() -> dict[str, bool]:
     """AcceleratorConfig's fields, each with whether it is a switch (true/false)."""
-    from transformers.trainer_pt_utils import AcceleratorConfig
+    from tunebench.experiment.arguments import training_fields
 
-    return {f.name: str(f.type) in ("bool", "<class 'bool'>") for f in dataclasses.fields(AcceleratorConfig)}
+    return training_fields().accelerator_keys
 
 
 def _shown(value: Any) -> str:
