@@ -4,11 +4,14 @@ OpenMP wait policy; the spawn itself is timed end to end in tests/tunebench/cli/
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 import tunebench.cli as cli
 import tunebench.execution.preload as preload
+from tests.fixtures.harness import REPO
 from tunebench.cli.options import build_parser
 
 
@@ -72,3 +75,26 @@ def test_a_run_whose_folder_is_new_or_its_own_spawns_the_server(spawns, tmp_path
         cli._spawn_preload_server(build_parser("benchmark.py").parse_args(
             ["--results_output_path", str(folder), "--device", "cpu"]))
     assert spawns == ["PASSIVE", "PASSIVE"]
+
+
+LATE_CTRL_C = """
+import atexit, os, signal, sys, time
+
+def last():  # registered before tunebench.cli is imported: it runs after the command's own exit functions
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+    print("survived", flush=True)
+
+atexit.register(last)
+from tunebench.cli import entry
+sys.argv = ["benchmark.py", "--help"]
+entry()
+"""
+
+
+def test_a_ctrl_c_at_the_very_end_of_the_exit_is_ignored():
+    """Once every exit function ran, a Ctrl-C is ignored: Python resets a handler of its own to the default as it
+    finalizes, and a Ctrl-C in that moment killed the command by the signal (-2) after its files were written."""
+    proc = subprocess.run([sys.executable, "-c", LATE_CTRL_C], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "survived", proc.stderr[-2000:]
+    assert "KeyboardInterrupt" not in proc.stderr

@@ -12,6 +12,7 @@ parsing.py holds what every parser shares.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -138,10 +139,27 @@ def _exit_interrupted(*_) -> None:
     os._exit(130)
 
 
+_entered = False  # entry() ran: this process is the command, not a caller of main()
+
+
+def _ignore_interrupts_from_here_on() -> None:
+    """The last of the command's exit functions (registered when this module is imported, before multiprocessing's
+    and Ray's, so it runs after theirs: a Ctrl-C in those still exits 130 at once). From here on there is nothing to
+    stop. Python resets a handler of its own to the default as it finalizes, and a Ctrl-C in that last moment killed
+    the command by the signal (-2, once in CI) after every file was written; an ignored signal it leaves ignored."""
+    if _entered:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+atexit.register(_ignore_interrupts_from_here_on)
+
+
 def entry() -> None:
     """benchmark.py and the installed `tunebench` command: main's exit code. Once the command is done and its files
     are written, a Ctrl-C while the interpreter shuts down (flushing stdout, multiprocessing joining the preload
     server, Ray's atexit) ends it with 130 at once, not a KeyboardInterrupt in a finalizer (-2)."""
+    global _entered
+    _entered = True
     try:
         code = main()
     except KeyboardInterrupt:  # between main's own handler and the next line: main had stopped already
