@@ -38,7 +38,7 @@ NOT_PRELOADED_ENV = "TUNEBENCH_NOT_PRELOADED"  # set by a fork that had to start
 _spawned_at: float | None = None  # when this process's server was spawned (monotonic), if it was
 
 
-def _context():
+def context():
     """This process's forkserver context, its preload list set (multiprocessing keeps one server per process)."""
     os.environ[HARNESS_PID_ENV] = str(os.getpid())  # the server inherits it: whom to die with
     os.environ.update(library_cache_environment())  # its imports write no cache into the temporary directory
@@ -52,7 +52,7 @@ def spawn() -> None:
     """Start the server now without waiting for it: its imports run while this process does other work."""
     global _spawned_at
     if _spawned_at is None:
-        _context()
+        context()
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
@@ -62,11 +62,6 @@ def spawn() -> None:
 def spawned_early() -> bool:
     """Whether `spawn` started this process's server."""
     return _spawned_at is not None
-
-
-def context():
-    """The forkserver context of this process's server (its preload list set)."""
-    return _context()
 
 
 def running_server_pid() -> int | None:
@@ -91,7 +86,7 @@ class PreloadServer:
 
     def _server(self):
         if self._context is None:
-            self._context = _context()
+            self._context = context()
         return self._context
 
     def warm(self) -> float:
@@ -112,7 +107,8 @@ class PreloadServer:
         """Fork the training entry from the server; returns the multiprocessing Process (pid = its group id)."""
         context = self._server()
         server_pid = running_server_pid()  # the fork's parent-to-be
-        process = context.Process(target=_run_entry, args=(argv, env, cwd, stdout_path, stderr_path, server_pid),
+        logs = (os.path.abspath(stdout_path), os.path.abspath(stderr_path))  # the fork opens them in `cwd`
+        process = context.Process(target=_run_entry, args=(argv, env, cwd, *logs, server_pid),
                                   daemon=False, name=f"{PRELOADED_PROCESS_NAME}-experiment")
         process.start()
         return process
@@ -144,10 +140,28 @@ def _noop() -> None:
     pass
 
 
+def settle_fork(env: dict[str, str], cwd: str, server_pid: int | None) -> None:
+    """What a fork of the server does first, an experiment's and a `server_call`'s alike: a session (process group)
+    of its own, which the harness kills whole; death with the server; the caller's environment and working
+    directory; the signals' defaults, with Ctrl-C a KeyboardInterrupt as in `python`, not the server's SIG_IGN
+    (which its children would keep)."""
+    os.setsid()
+    die_with_parent(expected_parent=server_pid)  # the server dies with the harness, and this with the server
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A fork of the server inherits its start method (forkserver), so the locks tqdm and the data loader make here
+    # were named semaphores registered with the harness's resource tracker: an experiment killed on Ctrl-C left
+    # "leaked semaphore objects" warnings at the harness's exit. The platform's default, as `python -m` has.
+    multiprocessing.set_start_method(None, force=True)
+
+
 def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str, stderr_path: str,
                server_pid: int | None = None) -> None:
-    os.setsid()  # its own process group, as a launched experiment has: the harness kills the whole group
-    die_with_parent(expected_parent=server_pid)  # the server dies with the harness, and this with the server
+    settle_fork(env, cwd, server_pid)  # first: the group the harness kills exists from here on
     for fd, path in ((1, stdout_path), (2, stderr_path)):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(handle, fd)
@@ -157,16 +171,6 @@ def _run_entry(argv: list[str], env: dict[str, str], cwd: str, stdout_path: str,
     os.close(null)
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt, as in python
-    # A fork of the server inherits its start method (forkserver), so the locks tqdm and the data loader make here
-    # were named semaphores registered with the harness's resource tracker: an experiment killed on Ctrl-C left
-    # "leaked semaphore objects" warnings at the harness's exit. The platform's default, as `python -m` has.
-    multiprocessing.set_start_method(None, force=True)
     import torch
 
     if torch.cuda._is_in_bad_fork():

@@ -36,12 +36,7 @@ def preprocess_data(experiments: list[ExperimentSpec], build: bool = True) -> No
     """
     from tunebench.execution import server_call
 
-    if server_call.serves("transformers"):
-        try:
-            return server_call.call(_preprocess, experiments, build)
-        except server_call.ServerUnavailable as exc:
-            logger.warning("preprocessing the data here instead: %s", exc)
-    return _preprocess(experiments, build)
+    return server_call.run_in_server("transformers", "preprocessing the data", _preprocess, experiments, build)
 
 
 def _preprocess(experiments: list[ExperimentSpec], build: bool) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import multiprocessing
 import os
 import pickle
 import signal
@@ -20,7 +19,7 @@ import sys
 import traceback
 
 from tunebench.execution import preload
-from tunebench.lifetime.parent_death import PRELOADED_PROCESS_NAME, die_with_parent
+from tunebench.lifetime.parent_death import PRELOADED_PROCESS_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +32,17 @@ def serves(module: str) -> bool:
     """Whether to hand work needing `module` to the server: it was spawned for this run, and this process has not
     imported `module` itself (where it has, as in a test or a Python script, the work is cheaper here)."""
     return preload.spawned_early() and module not in sys.modules
+
+
+def run_in_server(module: str, doing: str, function, *args):
+    """`function(*args)` in a fork of the server where it `serves(module)`, else (or when the fork cannot answer,
+    said in a warning that begins with `doing`) here."""
+    if serves(module):
+        try:
+            return call(function, *args)
+        except ServerUnavailable as exc:
+            logger.warning("%s here instead: %s", doing, exc)
+    return function(*args)
 
 
 def call(function, *args):
@@ -94,13 +104,7 @@ class _Records(logging.Handler):
 
 
 def _answer(function, args, env: dict[str, str], cwd: str, level: int, server_pid: int | None, sender) -> None:
-    die_with_parent(expected_parent=server_pid)  # the server dies with the harness, and this with the server
-    os.setpgid(0, 0)  # out of the terminal's group: the harness decides, and kills the group (call)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # not the server's SIG_IGN, which children would keep
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    multiprocessing.set_start_method(None, force=True)  # as in an experiment (preload._run_entry says why)
+    preload.settle_fork(env, cwd, server_pid)  # its own group: the harness decides, and kills the group (call)
     records = _Records()
     root = logging.getLogger()
     root.handlers[:] = [records]

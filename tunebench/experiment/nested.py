@@ -8,7 +8,6 @@ few as the path of a JSON file. Anything else they refuse late and in their word
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
@@ -35,7 +34,6 @@ def _fix(key: str) -> str:
     return f"{example}, or the path of an existing .json file" if key in PATH_FIELDS else example
 
 
-@functools.lru_cache(maxsize=1)
 def nested_fields() -> tuple[str, ...]:
     """The training fields that take a mapping, as this transformers and TRL declare them (`_VALID_DICT_FIELDS`)."""
     from tunebench.experiment.arguments import training_fields

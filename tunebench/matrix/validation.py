@@ -188,20 +188,12 @@ def validate(experiments: list[ExperimentSpec], sources: Sources,
     process never imports the stack: the same code on the same installation, so the same answer."""
     from tunebench.execution import server_call
 
-    if server_call.serves("trl"):
-        try:
-            checked = server_call.call(_checked, experiments, sources, cuda_here)
-        except server_call.ServerUnavailable as exc:
-            logger.warning("checking the inputs here instead: %s", exc)
-        else:
-            hand_over(checked.training_fields)
-            if checked.fms_facts:  # the run's skip reasons read them: not probed again here
-                from tunebench.experiment.fms import checks
+    checked = server_call.run_in_server("trl", "checking the inputs", _checked, experiments, sources, cuda_here)
+    hand_over(checked.training_fields)  # what a fork read, this process then knows without importing TRL
+    if checked.fms_facts:  # the run's skip reasons read them: not probed again here
+        from tunebench.experiment.fms import checks
 
-                checks.remember(checked.fms_facts)
-            say_once(checked.lines)
-            return checked.specs, checked.problems
-    checked = _checked(experiments, sources, cuda_here)
+        checks.remember(checked.fms_facts)
     say_once(checked.lines)  # what the run would drop or change, a line per scenario and key
     return checked.specs, checked.problems
 

@@ -99,6 +99,12 @@ def _raises_strict() -> None:
     raise _Strict(where="the tokenizer")
 
 
+def _dies_unless_in(pid: int) -> str:
+    if os.getpid() != pid:
+        os._exit(3)
+    return "answered here"
+
+
 def _starts_a_child_and_waits(pid_file: str) -> None:
     import time
 
@@ -112,8 +118,8 @@ CALLS = r"""
 import logging, os, sys, time
 import psutil
 from tunebench.execution import preload, server_call
-from tests.tunebench.execution.test_server_call import (_raises_a_chain, _raises_strict, _raises_with_a_log,
-                                                        _starts_a_child_and_waits)
+from tests.tunebench.execution.test_server_call import (_dies_unless_in, _raises_a_chain, _raises_strict,
+                                                        _raises_with_a_log, _starts_a_child_and_waits)
 
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stdout)
 preload.spawn()
@@ -135,6 +141,10 @@ try:
 except server_call.ServerUnavailable as exc:
     print("unavailable", exc)
 print("answer again", server_call.call(sum, [1, 2, 3]))
+unimported = "tunebench.a_module_this_process_never_imported"
+print("in a fork", server_call.run_in_server(unimported, "asking", os.getpid) != os.getpid())
+print("here, where the module is imported", server_call.run_in_server("os", "asking", os.getpid) == os.getpid())
+print(server_call.run_in_server(unimported, "asking", _dies_unless_in, os.getpid()))
 import signal, threading
 threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 started = time.monotonic()
@@ -166,6 +176,11 @@ def test_a_call_answers_raises_logs_here_and_says_when_its_fork_died(tmp_path):
         "rebuilt OSError(5, 'failed at the tokenizer')",
         "unavailable the fork of the preload server exited with 3 before answering",
         "answer again 6",
+        "in a fork True",
+        "here, where the module is imported True",
+        "WARNING tunebench.execution.server_call: asking here instead: the fork of the preload server exited with 3 "
+        "before answering",
+        "answered here",
         "interrupted at once True",  # the fork was killed, not waited for (the script ends well before its 300 s)
         "its child is gone True",  # and what it started, with its group
     ]
