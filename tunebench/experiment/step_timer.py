@@ -42,7 +42,7 @@ class StepTimer(TrainerCallback):
         self.device = device
         self.policy = policy
         self.auto = auto
-        if auto:  # the median's interval needs scipy.stats: imported now, not inside the first step it judges
+        if auto:  # the median's interval needs scipy.special: imported now, not inside the first step it judges
             median_rank_interval(policy.min_steps)
         self.earliest_stop = earliest_stop  # e.g. the scanner's last step: never stop before it
         self.tokens = token_counter

@@ -69,3 +69,17 @@ def test_percentiles_are_the_hand_written_ones_to_the_last_bits():
             old, new = _hand_percentile(values, q), percentile(values, q)
             assert math.isclose(new, old, rel_tol=1e-14), (values, q)
     assert percentile([1.0, 2.0, 3.0, 4.0], 10) == 1.3 and percentile([5.0], 90) == 5.0
+
+
+def test_the_ranks_import_only_what_the_preload_server_has_not_scipy_stats():
+    """scipy.stats cost every experiment 0.2-0.6 s of imports its fork of the preload server lacked; scipy.special,
+    which the server has, answers the same ranks (the tests above)."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.harness import REPO
+
+    script = ("import sys; from tunebench.experiment.steady import median_rank_interval; "
+              "print(median_rank_interval(50), 'scipy.stats' in sys.modules, 'scipy.special' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split("\n")[0] == "(18, 33) False True", proc.stdout + proc.stderr[-2000:]
