@@ -98,3 +98,22 @@ def test_a_ctrl_c_at_the_very_end_of_the_exit_is_ignored():
     proc = subprocess.run([sys.executable, "-c", LATE_CTRL_C], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "survived", proc.stderr[-2000:]
     assert "KeyboardInterrupt" not in proc.stderr
+
+
+INTERRUPTED_EXIT = """
+import multiprocessing.util, os, sys
+folder = multiprocessing.util.get_temp_dir()  # what the preload server's socket makes in the harness
+print(folder, flush=True)
+from tunebench.cli import _exit_interrupted
+_exit_interrupted()
+"""
+
+
+def test_a_ctrl_c_in_the_exit_leaves_no_multiprocessing_folder_behind():
+    """A Ctrl-C once the command is done exits 130 at once (os._exit): multiprocessing's exit function, which
+    removes its temporary folder, does not run then, so the exit removes it itself."""
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTED_EXIT], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    folder = proc.stdout.strip()
+    assert proc.returncode == 130 and "pymp-" in folder, proc.stderr[-2000:]
+    assert not os.path.exists(folder)

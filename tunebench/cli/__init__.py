@@ -136,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exit_interrupted(*_) -> None:
+    """Exit 130 at once. multiprocessing's temporary folder (where the preload server listened) goes first: its own
+    exit function, which this cuts short or skips, would have removed it (CI once found it left behind)."""
+    process = sys.modules.get("multiprocessing.process")
+    folder = process.current_process()._config.get("tempdir") if process is not None else None
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
     os._exit(130)
 
 
